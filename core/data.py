@@ -1,0 +1,235 @@
+"""Corpora (Tiny Shakespeare, synthetic tasks, user text) and fast seeded batches."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from core.tokenizers import CharTokenizer, GPT2Tokenizer, Tokenizer
+
+SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+DATA_DIR_ENV = "PLAYGROUND_DATA_DIR"  # a folder holding tinyshakespeare/input.txt
+
+MAX_USER_TEXT_BYTES = 5_000_000
+TRAIN_FRACTION = 0.9
+
+
+class DataError(ValueError):
+    """Corpus problems a user can fix; the message says how."""
+
+
+# ---------------------------------------------------------------- Tiny Shakespeare
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "attention-playground"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_checked(path: Path) -> str:
+    data = path.read_bytes()
+    if _sha256(data) != SHAKESPEARE_SHA256:
+        raise DataError(
+            f"{path} is not Tiny Shakespeare (its sha256 is {_sha256(data)}, expected {SHAKESPEARE_SHA256})"
+        )
+    return data.decode("utf-8")
+
+
+def load_shakespeare(path: str | Path | None = None, *, download: bool = True) -> str:
+    """Tiny Shakespeare's text, from (in order) `path`, $PLAYGROUND_DATA_DIR, the cache, or the web.
+
+    Every source is checked against the known sha256; a download is cached for next time.
+    """
+    if path is not None:
+        return _read_checked(Path(path))
+    if os.environ.get(DATA_DIR_ENV):
+        local = Path(os.environ[DATA_DIR_ENV]) / "tinyshakespeare" / "input.txt"
+        if not local.is_file():
+            raise DataError(f"${DATA_DIR_ENV} is set but {local} does not exist")
+        return _read_checked(local)
+    cached = cache_dir() / "tinyshakespeare" / "input.txt"
+    if cached.is_file():
+        return _read_checked(cached)
+    how_to = (
+        f"Download {SHAKESPEARE_URL} yourself and either pass its path, or put it at "
+        f"<folder>/tinyshakespeare/input.txt and set {DATA_DIR_ENV}=<folder>, or copy it to {cached}."
+    )
+    if not download:
+        raise DataError(f"Tiny Shakespeare is not cached yet. {how_to}")
+    try:
+        with urllib.request.urlopen(SHAKESPEARE_URL, timeout=20) as response:
+            data = response.read()
+    except OSError as error:
+        raise DataError(f"Could not download Tiny Shakespeare ({error}). {how_to}") from None
+    if _sha256(data) != SHAKESPEARE_SHA256:
+        raise DataError(f"The downloaded Tiny Shakespeare has the wrong sha256. {how_to}")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(".part")
+    partial.write_bytes(data)
+    partial.replace(cached)  # atomic: a crash never leaves a half-written cache
+    return data.decode("utf-8")
+
+
+# ---------------------------------------------------------------- synthetic corpora
+# Each is a task whose solution is a crisp attention pattern, generated in well under a second.
+
+
+def repeat_corpus(n_lines: int = 6000, length: int = 8, seed: int = 0) -> str:
+    """'qwhzbkad|qwhzbkad': copying the second half needs an induction head (look at the
+    token after the earlier occurrence of the current token)."""
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    lines = []
+    for _ in range(n_lines):
+        word = "".join(rng.choice(letters) for _ in range(length))
+        lines.append(f"{word}|{word}")
+    return "\n".join(lines) + "\n"
+
+
+def reverse_corpus(n_lines: int = 6000, length: int = 8, seed: int = 0) -> str:
+    """'abcdefgh>hgfedcba': writing the reversal makes an anti-diagonal attention pattern."""
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    lines = []
+    for _ in range(n_lines):
+        word = "".join(rng.choice(letters) for _ in range(length))
+        lines.append(f"{word}>{word[::-1]}")
+    return "\n".join(lines) + "\n"
+
+
+def sort_corpus(n_lines: int = 6000, length: int = 8, seed: int = 0) -> str:
+    """'38152706=01235678': sorting digits makes heads that search for the next-larger digit."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n_lines):
+        digits = "".join(rng.choice("0123456789") for _ in range(length))
+        lines.append(f"{digits}={''.join(sorted(digits))}")
+    return "\n".join(lines) + "\n"
+
+
+BABY_GPT_SEQUENCE = "111101111011110"
+
+
+def binary_corpus(repeats: int = 400) -> str:
+    """The baby GPT's sequence, repeated: a two-token corpus whose model is a Markov chain."""
+    return BABY_GPT_SEQUENCE * repeats
+
+
+@dataclass(frozen=True)
+class CorpusInfo:
+    title: str
+    description: str
+    needs_download: bool = False
+
+
+CORPORA: dict[str, CorpusInfo] = {
+    "shakespeare": CorpusInfo(
+        "Tiny Shakespeare", "1.1M characters of Shakespeare's plays (downloaded once, 1.1 MB).", True
+    ),
+    "repeat": CorpusInfo("Copy task", "Random words written twice: watch an induction head form."),
+    "reverse": CorpusInfo("Reverse task", "Random words then their reversal: an anti-diagonal pattern."),
+    "sort": CorpusInfo("Sort task", "Random digits then the same digits sorted."),
+    "binary": CorpusInfo("Binary sequence", f"The baby GPT's sequence {BABY_GPT_SEQUENCE}, repeated."),
+}
+
+
+def corpus_text(name: str, shakespeare_path: str | Path | None = None) -> str:
+    """The text of a built-in corpus by name (see `CORPORA`)."""
+    builders = {"repeat": repeat_corpus, "reverse": reverse_corpus, "sort": sort_corpus, "binary": binary_corpus}
+    if name == "shakespeare":
+        return load_shakespeare(shakespeare_path)
+    if name not in builders:
+        raise DataError(f"unknown corpus {name!r}; choose one of {list(CORPORA)}")
+    return builders[name]()
+
+
+# ---------------------------------------------------------------- user text
+
+
+def check_user_text(text: str, *, min_chars: int, max_bytes: int = MAX_USER_TEXT_BYTES) -> str:
+    """Pasted text, checked: non-empty, not too large, longer than the model's context."""
+    if not isinstance(text, str) or not text.strip():
+        raise DataError("The text is empty: paste some text or upload a .txt file.")
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise DataError(f"The text is {size:,} bytes; the limit is {max_bytes:,} bytes.")
+    if len(text) <= min_chars:
+        raise DataError(
+            f"The text has {len(text):,} characters; it must be longer than {min_chars:,} "
+            "(the model's context plus a validation split)."
+        )
+    return text
+
+
+def read_text_file(path: str | Path, *, min_chars: int, max_bytes: int = MAX_USER_TEXT_BYTES) -> str:
+    """An uploaded .txt file, checked: size cap first (before reading it all), UTF-8, no binary."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise DataError(f"{path.name} is {size:,} bytes; the limit is {max_bytes:,} bytes.")
+    data = path.read_bytes()
+    if b"\x00" in data:
+        raise DataError(f"{path.name} looks like a binary file, not text.")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise DataError(
+            f"{path.name} is not UTF-8 text (bad byte at position {error.start}); save it as UTF-8."
+        ) from None
+    return check_user_text(text, min_chars=min_chars, max_bytes=max_bytes)
+
+
+# ---------------------------------------------------------------- tokens and batches
+
+
+def default_tokenizer(kind: str, text: str) -> Tokenizer:
+    """'char' builds a character vocabulary from `text`; 'gpt2' is GPT-2's BPE."""
+    if kind == "char":
+        return CharTokenizer.from_text(text)
+    if kind == "gpt2":
+        return GPT2Tokenizer()
+    raise DataError(f"unknown tokenizer {kind!r}; choose 'char' or 'gpt2'")
+
+
+@dataclass
+class TokenData:
+    """A corpus as token ids, split 90/10 into training and validation."""
+
+    train: torch.Tensor  # (N_train,) int64
+    val: torch.Tensor  # (N_val,) int64
+
+    @classmethod
+    def from_text(cls, text: str, tokenizer: Tokenizer, block_size: int) -> "TokenData":
+        ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+        n_train = int(TRAIN_FRACTION * len(ids))
+        data = cls(ids[:n_train], ids[n_train:])
+        shortest = min(len(data.train), len(data.val))
+        if shortest <= block_size:
+            raise DataError(
+                f"The text is too short for a context of {block_size} tokens: its validation split has "
+                f"{len(data.val):,} tokens. Use a longer text or a smaller block size."
+            )
+        return data
+
+
+def get_batch(
+    data: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows of `data`: inputs x and next-token targets y, both (batch_size, block_size).
+
+    One gather on a (B, T + 1) index grid, no Python loop over the batch.
+    """
+    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
+    window = data[starts[:, None] + torch.arange(block_size + 1)]  # (B, T + 1)
+    return window[:, :-1], window[:, 1:]

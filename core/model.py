@@ -1,0 +1,255 @@
+"""A GPT-2 style decoder that reads top to bottom.
+
+Shapes: B batch, T time (tokens), C channels (n_embd), H heads, D head size (C // H).
+
+The seeds' teaching progression (bigram -> full GPT) is a set of switches on this one
+model (see `core.config.STAGES`). Attention patterns are exposed at named hook points,
+TransformerLens style: `blocks.{i}.attn.hook_pattern`. Nobody looking means the fast
+fused `scaled_dot_product_attention`; somebody looking means an explicit masked softmax
+whose weights pass through the hook point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+from core.config import GPTConfig
+
+
+class HookPoint(nn.Identity):
+    """A named place in the model where forward hooks can look at (or change) a tensor."""
+
+    @property
+    def active(self) -> bool:
+        return bool(self._forward_hooks)
+
+
+class KVCache:
+    """Keys and values of the positions seen so far, one (k, v) pair per layer.
+
+    Each tensor is (B, H, T_seen, D). Positions are absolute, so a cache is only valid
+    for the exact prefix it was built from; `core.sample` rebuilds it when the window moves.
+    """
+
+    def __init__(self, n_layer: int) -> None:
+        self.layers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layer
+
+    def seen(self, layer: int = 0) -> int:
+        """How many positions `layer` has cached (all layers agree between forward passes)."""
+        entry = self.layers[layer] if self.layers else None
+        return 0 if entry is None else entry[0].size(2)
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        past = self.layers[layer]
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)
+            v = torch.cat([past[1], v], dim=2)
+        self.layers[layer] = (k, v)
+        return k, v
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = config.n_head
+        self.dropout = config.dropout
+        # query, key and value for all heads in one matrix
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.qkv_bias)
+        self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.attn_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.hook_pattern = HookPoint()  # (B, H, T, T_seen) attention weights
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        # (B, T, C) -> (B, H, T, D)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        past = 0
+        if cache is not None:
+            past = cache.seen(layer)
+            k, v = cache.extend(layer, k, v)  # (B, H, past + T, D)
+
+        if self.hook_pattern.active:
+            # Explicit path: the weights exist as a tensor that hooks can see.
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))  # (B, H, T, past + T)
+            scores = scores.masked_fill(~_causal_mask(T, past, x.device), float("-inf"))
+            weights = self.hook_pattern(F.softmax(scores, dim=-1))
+            y = self.attn_dropout(weights) @ v
+        else:
+            # Fused path. With a cache, a single new token may see everything before it;
+            # a chunk after a non-empty cache needs the offset mask.
+            mask = None if past == 0 or T == 1 else _causal_mask(T, past, x.device)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=(past == 0 and T > 1),
+                dropout_p=self.dropout if self.training else 0.0,
+            )
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble heads: (B, T, C)
+        return self.resid_dropout(self.proj(y))
+
+
+def _causal_mask(T: int, past: int, device: torch.device) -> torch.Tensor:
+    """(T, past + T) booleans: query i (at absolute position past + i) sees keys <= it."""
+    return torch.ones(T, past + T, dtype=torch.bool, device=device).tril(diagonal=past)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.act = nn.GELU() if config.activation == "gelu" else nn.ReLU()
+        self.proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.proj(self.act(self.fc(x))))
+
+
+class Block(nn.Module):
+    """Communication (attention) then computation (feed-forward), each optional."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.residual = config.use_residual
+        norm = (lambda: nn.LayerNorm(config.n_embd, bias=config.bias)) if self.residual else nn.Identity
+        self.ln1, self.ln2 = norm(), norm()
+        self.attn = CausalSelfAttention(config) if config.use_attention else None
+        self.mlp = FeedForward(config) if config.use_feed_forward else None
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+        if self.attn is not None:
+            update = self.attn(self.ln1(x), cache, layer)
+            x = x + update if self.residual else update
+        if self.mlp is not None:
+            update = self.mlp(self.ln2(x))
+            x = x + update if self.residual else update
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.n_embd)
+        self.position_embedding = (
+            nn.Embedding(config.block_size, config.n_embd) if config.use_position_embedding else None
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        # A block with neither attention nor feed-forward would do nothing: the bigram stages have none.
+        has_blocks = config.use_attention or config.use_feed_forward
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer if has_blocks else 0))
+        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias) if config.use_residual else nn.Identity()
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.lm_head_bias)
+        if config.tie_weights:
+            self.lm_head.weight = self.token_embedding.weight
+        self.apply(self._init_weights)
+        # GPT-2: scale the projections into the residual stream by 1/sqrt(2 * n_layer)
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * max(1, config.n_layer)))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        *,
+        return_attention: bool = False,
+        cache: KVCache | None = None,
+    ):
+        """idx (B, T) token ids -> logits (B, T, vocab), loss (or None).
+
+        With `return_attention`, also returns one (B, H, T, T) weight tensor per attention layer.
+        With a `cache`, idx holds only the new tokens; they continue the cached positions.
+        """
+        if return_attention:
+            with capture_attention(self) as patterns:
+                logits, loss = self(idx, targets, cache=cache)
+            return logits, loss, list(patterns.values())
+
+        B, T = idx.shape
+        past = cache.seen() if cache is not None else 0
+        if past + T > self.config.block_size:
+            raise ValueError(
+                f"sequence of {past + T} tokens is longer than the context (block_size={self.config.block_size})"
+            )
+        x = self.token_embedding(idx)  # (B, T, C)
+        if self.position_embedding is not None:
+            positions = torch.arange(past, past + T, device=idx.device)
+            x = x + self.position_embedding(positions)  # (T, C) broadcasts over B
+        x = self.dropout(x)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, cache, layer)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, vocab)
+
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        return logits, loss
+
+    def new_cache(self) -> KVCache:
+        return KVCache(len(self.blocks))
+
+    def hook_points(self) -> dict[str, HookPoint]:
+        """Every named hook point, e.g. {'blocks.0.attn.hook_pattern': HookPoint}."""
+        return {name: m for name, m in self.named_modules() if isinstance(m, HookPoint)}
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Parameters by component; a tied LM head counts only its bias (its weight is the embedding)."""
+
+        def count(module: nn.Module | None) -> int:
+            return 0 if module is None else sum(p.numel() for p in module.parameters())
+
+        head = count(self.lm_head)
+        if self.config.tie_weights:
+            head -= self.lm_head.weight.numel()
+        counts = {
+            "token_embedding": count(self.token_embedding),
+            "position_embedding": count(self.position_embedding),
+            "blocks": count(self.blocks),
+            "attention": sum(count(b.attn) for b in self.blocks),
+            "feed_forward": sum(count(b.mlp) for b in self.blocks),
+            "block_layer_norms": sum(count(b.ln1) + count(b.ln2) for b in self.blocks),
+            "final_layer_norm": count(self.ln_f),
+            "lm_head": head,
+        }
+        counts["total"] = sum(p.numel() for p in self.parameters())  # shared tensors counted once
+        return counts
+
+
+@contextlib.contextmanager
+def capture_attention(model: GPT) -> Iterator[dict[str, torch.Tensor]]:
+    """Collect the attention weights of every layer while the block runs.
+
+    >>> with capture_attention(model) as patterns:
+    ...     model(idx)
+    >>> patterns["blocks.0.attn.hook_pattern"].shape  # (B, H, T, T)
+
+    The weights are detached; the dict keeps layer order.
+    """
+    patterns: dict[str, torch.Tensor] = {}
+    handles = []
+    for name, hook_point in model.hook_points().items():
+        if name.endswith("hook_pattern"):
+            def save(_module, _inputs, output, name=name):
+                patterns[name] = output.detach()
+            handles.append(hook_point.register_forward_hook(save))
+    try:
+        yield patterns
+    finally:
+        for handle in handles:
+            handle.remove()
