@@ -1,0 +1,185 @@
+import pytest
+import torch
+
+from core import GPT, STAGES, GPTConfig, capture_attention, stage_config
+from core.config import STAGE_DESCRIPTIONS
+
+
+def small_config(**overrides) -> GPTConfig:
+    return GPTConfig(**{**dict(vocab_size=17, block_size=24, n_layer=3, n_head=4, n_embd=32), **overrides})
+
+
+# ---------------------------------------------------------------- parameter counts (the seeds' figures)
+
+
+def test_lecture_model_has_the_seed_parameter_count():
+    cfg = GPTConfig(vocab_size=65, block_size=256, n_layer=3, n_head=8, n_embd=384,
+                    bias=True, qkv_bias=False, activation="relu", tie_weights=False)
+    assert GPT(cfg).parameter_counts()["total"] == 5_468_993
+
+
+def test_gpt2_124m_shape_component_counts():
+    cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768,
+                    qkv_bias=False, lm_head_bias=False, tie_weights=False)
+    with torch.device("meta"):  # shapes only: no 163M parameters to initialise
+        counts = GPT(cfg).parameter_counts()
+    assert counts["token_embedding"] == 38_597_376
+    assert counts["position_embedding"] == 786_432
+    assert counts["blocks"] == 85_026_816
+    assert counts["lm_head"] == 38_597_376
+    assert counts["attention"] == 28_320_768
+    assert counts["feed_forward"] == 56_669_184
+    parts = ("token_embedding", "position_embedding", "blocks", "final_layer_norm", "lm_head")
+    assert counts["total"] == sum(counts[p] for p in parts)
+
+
+def test_tied_head_is_counted_once():
+    untied = GPT(small_config(lm_head_bias=False)).parameter_counts()
+    tied_model = GPT(small_config(lm_head_bias=False, tie_weights=True))
+    tied = tied_model.parameter_counts()
+    assert tied_model.lm_head.weight is tied_model.token_embedding.weight
+    assert tied["lm_head"] == 0
+    assert tied["total"] == untied["total"] - 17 * 32
+
+
+# ---------------------------------------------------------------- config validation
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(n_embd=30, n_head=4), "n_embd"),
+        (dict(vocab_size=0), "vocab_size"),
+        (dict(block_size=0), "block_size"),
+        (dict(n_head=-2), "n_head"),
+        (dict(n_layer=-1), "n_layer"),
+        (dict(activation="swish"), "activation"),
+        (dict(dropout=1.5), "dropout"),
+        (dict(n_embd=2.5), "n_embd"),
+    ],
+)
+def test_invalid_config_names_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        small_config(**overrides)
+
+
+def test_config_round_trips_through_a_dict():
+    cfg = small_config(activation="relu", tie_weights=True)
+    assert GPTConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError, match="unknown"):
+        GPTConfig.from_dict({**cfg.to_dict(), "n_expert": 8})
+
+
+# ---------------------------------------------------------------- forward, loss, context
+
+
+def test_forward_shapes_and_loss():
+    model = GPT(small_config())
+    idx = torch.randint(17, (2, 24))
+    logits, loss = model(idx, idx)
+    assert logits.shape == (2, 24, 17)
+    # an untrained model predicts close to uniform: loss near ln(vocab)
+    assert abs(loss.item() - torch.log(torch.tensor(17.0)).item()) < 0.3
+    assert model(idx)[1] is None
+
+
+def test_sequence_longer_than_the_context_is_refused():
+    model = GPT(small_config())
+    with pytest.raises(ValueError, match="block_size=24"):
+        model(torch.zeros(1, 25, dtype=torch.long))
+
+
+# ---------------------------------------------------------------- attention capture
+
+
+def test_captured_and_fused_paths_agree_and_weights_are_causal():
+    model = GPT(small_config()).eval()
+    idx = torch.randint(17, (3, 20))
+    fused, _ = model(idx)
+    captured, _, attentions = model(idx, return_attention=True)
+    assert torch.allclose(fused, captured, atol=1e-5)
+    assert len(attentions) == 3
+    for weights in attentions:
+        assert weights.shape == (3, 4, 20, 20)
+        assert torch.allclose(weights.sum(-1), torch.ones(3, 4, 20), atol=1e-5)
+        upper = torch.triu(torch.ones(20, 20, dtype=torch.bool), diagonal=1)
+        assert (weights[..., upper] == 0).all()  # exactly zero, not just small
+
+
+def test_capture_is_off_unless_asked():
+    model = GPT(small_config()).eval()
+    idx = torch.randint(17, (1, 10))
+    with capture_attention(model) as patterns:
+        model(idx)
+    assert list(patterns) == [f"blocks.{i}.attn.hook_pattern" for i in range(3)]
+    assert not any(h.active for h in model.hook_points().values())  # hooks removed on exit
+
+
+def test_hook_points_can_change_the_pattern():
+    """Named hook points are real intervention points, not only read-outs."""
+    model = GPT(small_config(n_layer=1)).eval()
+    idx = torch.randint(17, (1, 8))
+    base, _ = model(idx)
+
+    def attend_to_first_token(_module, _inputs, weights):
+        uniform = torch.zeros_like(weights)
+        uniform[..., 0] = 1.0
+        return uniform
+
+    handle = model.hook_points()["blocks.0.attn.hook_pattern"].register_forward_hook(attend_to_first_token)
+    try:
+        changed, _ = model(idx)
+    finally:
+        handle.remove()
+    assert not torch.allclose(base, changed)
+    assert torch.allclose(changed[0, 0], base[0, 0], atol=1e-5)  # position 0 only ever sees itself
+
+
+# ---------------------------------------------------------------- KV cache
+
+
+def test_cache_gives_the_logits_of_a_full_forward():
+    model = GPT(small_config()).eval()
+    idx = torch.randint(17, (2, 20))
+    full, _ = model(idx)
+    cache = model.new_cache()
+    chunks = [model(idx[:, :7], cache=cache)[0]] + [model(idx[:, t : t + 1], cache=cache)[0] for t in range(7, 20)]
+    assert torch.allclose(torch.cat(chunks, dim=1), full, atol=1e-5)
+    with pytest.raises(ValueError, match="longer than the context"):
+        model(idx[:, :5], cache=cache)  # 20 cached + 5 > block_size 24
+
+
+# ---------------------------------------------------------------- the seeds' progression
+
+
+def test_every_stage_builds_trains_and_has_its_parts():
+    idx = torch.randint(17, (2, 16))
+    sizes = {}
+    for stage in STAGES:
+        model = GPT(stage_config(stage, vocab_size=17, block_size=16, n_layer=2, n_head=4, n_embd=32))
+        logits, loss = model(idx, idx)
+        loss.backward()
+        assert logits.shape == (2, 16, 17)
+        counts = model.parameter_counts()
+        sizes[stage] = counts["total"]
+        assert (counts["position_embedding"] > 0) == (stage != "bigram")
+        assert (counts["attention"] > 0) == (stage not in ("bigram", "positions"))
+        assert (counts["feed_forward"] > 0) == (stage in ("feed_forward", "gpt"))
+        assert isinstance(STAGE_DESCRIPTIONS[stage], str)
+    assert stage_config("one_head", vocab_size=17).n_head == 1
+    # each stage adds parameters to the last (one head and many heads have the same count)
+    order = list(STAGES)
+    assert all(sizes[a] <= sizes[b] for a, b in zip(order, order[1:]))
+    assert sizes["bigram"] < sizes["positions"] < sizes["one_head"] < sizes["feed_forward"] < sizes["gpt"]
+
+
+def test_bigram_stage_ignores_context():
+    model = GPT(stage_config("bigram", vocab_size=17, block_size=16, n_embd=32)).eval()
+    a = model(torch.tensor([[3, 5, 7]]))[0]
+    b = model(torch.tensor([[9, 1, 7]]))[0]
+    assert torch.allclose(a[0, -1], b[0, -1])  # only the last token matters
+
+
+def test_unknown_stage_is_refused():
+    with pytest.raises(ValueError, match="stage"):
+        stage_config("transformer-xl")
