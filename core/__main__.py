@@ -1,0 +1,225 @@
+"""Command line: train a preset, sample from a checkpoint, list the presets.
+
+    python -m core train --preset shakespeare-char-cpu --out out/shakespeare
+    python -m core sample --checkpoint out/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --seed 1
+    python -m core presets
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from core import checkpoint
+from core.config import GPTConfig
+from core.data import TokenData, read_text_file, default_tokenizer
+from core.model import GPT
+from core.presets import PRESETS, get_preset, preset_configs, preset_corpus
+from core.sample import stream
+from core.train import TrainConfig, TrainEvent, Trainer, resolve_device
+
+BAR_WIDTH = 24
+
+
+def _setting(text: str) -> tuple[str, object]:
+    """'key=value' for --set, the value typed like the config field it overrides."""
+    key, sep, raw = text.partition("=")
+    defaults = {**GPTConfig().to_dict(), **TrainConfig().to_dict()}
+    defaults.pop("vocab_size")  # comes from the tokenizer
+    if not sep or key not in defaults:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with KEY one of {sorted(defaults)}")
+    kind = type(defaults[key])
+    if kind is bool:
+        if raw.lower() not in ("true", "false"):
+            raise argparse.ArgumentTypeError(f"{key} must be true or false, got {raw!r}")
+        return key, raw.lower() == "true"
+    try:
+        return key, kind(raw)
+    except ValueError:
+        what = {int: "an integer", float: "a number"}.get(kind, kind.__name__)
+        raise argparse.ArgumentTypeError(f"{key} must be {what}, got {raw!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m core",
+        description="Train tiny GPTs and sample from them (the engine behind Attention Playground).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  python -m core presets\n"
+        "  python -m core train --preset shakespeare-char-cpu --out out/shakespeare\n"
+        "  python -m core train --preset repeat --max-iters 300 --set n_layer=3 --set learning_rate=1e-3\n"
+        "  python -m core sample --checkpoint out/shakespeare --prompt 'ROMEO:' --max-new-tokens 300 --seed 1",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = commands.add_parser(
+        "train", help="train a preset and save a checkpoint",
+        description="Train a preset (python -m core presets lists them) and save a checkpoint folder.",
+    )
+    train.add_argument("--preset", required=True, choices=list(PRESETS), metavar="NAME",
+                       help=f"one of: {', '.join(PRESETS)}")
+    train.add_argument("--out", type=Path, help="checkpoint folder (default: out/<preset>)")
+    train.add_argument("--text", type=Path, metavar="FILE", help="train on this UTF-8 text file instead of the preset's corpus")
+    train.add_argument("--max-iters", type=int, help="optimizer steps (the learning-rate decay follows)")
+    train.add_argument("--batch-size", type=int)
+    train.add_argument("--learning-rate", type=float)
+    train.add_argument("--eval-interval", type=int, help="steps between validation estimates")
+    train.add_argument("--seed", type=int)
+    train.add_argument("--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")
+    train.add_argument("--dtype", choices=["auto", "float32", "bfloat16"],
+                       help="autocast dtype (auto: bfloat16 on CUDA, float32 elsewhere)")
+    train.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model")
+    train.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
+    train.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                       help="any other model or training setting, e.g. --set n_layer=6 --set dropout=0.1")
+
+    sample = commands.add_parser(
+        "sample", help="generate text from a checkpoint",
+        description="Stream text from a checkpoint folder or .zip to stdout.",
+    )
+    sample.add_argument("--checkpoint", required=True, type=Path, help="folder or .zip written by 'train'")
+    sample.add_argument("--prompt", default="", help="text to continue (default: the start-of-text token)")
+    sample.add_argument("--max-new-tokens", type=int, default=500)
+    sample.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
+    sample.add_argument("--top-k", type=int, help="keep only the k most likely tokens")
+    sample.add_argument("--top-p", type=float, help="keep the most likely tokens up to this probability mass")
+    sample.add_argument("--seed", type=int, help="for a reproducible sample")
+    sample.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
+    sample.add_argument("--no-cache", action="store_true", help="re-run the whole context for every token")
+
+    commands.add_parser("presets", help="list the presets")
+    return parser
+
+
+# ---------------------------------------------------------------- train
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    flags = {
+        "max_iters": args.max_iters, "batch_size": args.batch_size, "learning_rate": args.learning_rate,
+        "eval_interval": args.eval_interval, "seed": args.seed, "device": args.device,
+        "dtype": args.dtype, "compile": args.compile,
+    }
+    return {**dict(args.set), **{k: v for k, v in flags.items() if v is not None}}
+
+
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}:{seconds:02d}"
+
+
+def _progress(event: TrainEvent, val_loss: float | None) -> str:
+    filled = BAR_WIDTH * event.step // max(1, event.max_iters)
+    val = f" val {val_loss:.4f}" if val_loss is not None else ""
+    return (
+        f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {event.step}/{event.max_iters} "
+        f"loss {event.train_loss:.4f}{val} lr {event.lr:.1e} "
+        f"{event.tokens_per_sec / 1000:.1f}k tok/s {_clock(event.elapsed)} elapsed, {_clock(event.eta)} left"
+    )
+
+
+def train(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    preset = get_preset(args.preset)
+    if args.text:
+        text = read_text_file(args.text, min_chars=1)
+        tokenizer = default_tokenizer(preset.tokenizer, text)
+    else:
+        text, tokenizer = preset_corpus(args.preset)
+    model_config, train_config = preset_configs(args.preset, tokenizer.vocab_size, **_overrides(args))
+    data = TokenData.from_text(text, tokenizer, model_config.block_size)
+    torch.manual_seed(train_config.seed)  # the initial weights; the CLI owns this process
+    model = GPT(model_config)
+    trainer = Trainer(model, data, train_config, tokenizer=tokenizer)
+    print(f"{args.preset}: {model.parameter_counts()['total']:,} parameters, {len(data.train):,} training tokens, "
+          f"device {trainer.device}, {torch.get_num_threads()} CPU threads", file=sys.stderr)
+
+    interactive = sys.stderr.isatty()
+    step_times: list[float] = []
+    event, val_loss = None, None
+    started = last = time.perf_counter()
+    try:
+        for event in trainer.run():
+            if event.done:
+                break
+            now = time.perf_counter()
+            if event.val_loss is None:  # steps with an evaluation would skew the median
+                step_times.append(now - last)
+            last = now
+            val_loss = event.val_loss if event.val_loss is not None else val_loss
+            if interactive:
+                print("\r" + _progress(event, val_loss), end="", file=sys.stderr, flush=True)
+            if event.val_loss is not None:
+                print(("\r" if interactive else "") + _progress(event, val_loss), file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        print("\ninterrupted: saving the weights learned so far", file=sys.stderr)
+    if interactive:
+        print(file=sys.stderr)
+    failed = event is not None and event.error is not None
+    if failed:
+        print(event.error, file=sys.stderr)
+
+    wall = time.perf_counter() - started
+    out = args.out or Path("out") / args.preset
+    meta = {"preset": args.preset, "step": trainer.step, "val_loss": val_loss,
+            "train_config": train_config.to_dict()}
+    checkpoint.save(out, model, tokenizer, meta)
+    median = statistics.median(step_times) if step_times else float("nan")
+    tokens = train_config.batch_size * model_config.block_size
+    print(
+        f"{trainer.step} steps in {wall:.1f} s: median {median * 1000:.1f} ms/iter, "
+        f"{tokens / median:,.0f} tokens/s, final val loss {val_loss if val_loss is not None else float('nan'):.4f}\n"
+        f"checkpoint saved to {out}", file=sys.stderr,
+    )
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------- sample
+
+
+def sample(args: argparse.Namespace) -> int:
+    model, tokenizer, meta = checkpoint.load(args.checkpoint)
+    model.to(resolve_device(args.device))
+    if args.prompt:
+        prompt_ids = tokenizer.encode(args.prompt)
+    else:  # GPT-2's start-of-text token, or a character model's first character (a newline in Shakespeare)
+        prompt_ids = [getattr(tokenizer, "end_of_text", 0)]
+    print(args.prompt, end="", flush=True)
+    steps = stream(
+        model, tokenizer, prompt_ids, args.max_new_tokens, temperature=args.temperature,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, use_cache=not args.no_cache,
+    )
+    for step in steps:
+        print(step.text, end="", flush=True)
+    print()
+    return 0
+
+
+def list_presets() -> int:
+    for preset in PRESETS.values():
+        print(f"{preset.name:22} {preset.title}\n{'':22} {preset.description}\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            return train(args)
+        if args.command == "sample":
+            return sample(args)
+        return list_presets()
+    except ValueError as error:  # DataError, CheckpointError and bad settings: a message, not a traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

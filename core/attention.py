@@ -1,0 +1,269 @@
+"""Looking inside attention: every head's weights on one text, and what each head does.
+
+Shapes: L layers, H heads, T tokens. A map is (L, H, T, T): row q is where query token q
+looks, a probability distribution over keys 0..q (the causal mask zeroes the rest).
+
+Each head is summarised by its entropy and by how strongly it follows a few well-known
+patterns (Olsson et al., "In-context Learning and Induction Heads", 2022):
+- previous-token: looks at the token just before,
+- first-token: parks attention on the first token (an "attention sink"),
+- self: looks at the current token itself,
+- fixed-offset: looks a fixed number (2 or more) of tokens back, by position not content,
+- induction: looks at the token that followed an earlier occurrence of the current token
+  (needs repeats; `induction_probe` makes a standard repeated random-token text),
+- uniform: spreads attention evenly, i.e. averages everything before.
+
+A pattern's score is chance-corrected: 0 means no more weight on the pattern's tokens than
+uniform attention would put there, 1 means all of it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from core.model import GPT
+
+PATTERNS = ("previous-token", "first-token", "self", "fixed-offset", "induction")
+STRONG_PATTERN = 0.5  # a chance-corrected score at least this high names the head
+UNIFORM_ENTROPY = 0.85  # normalised entropy at least this high (and no pattern) means "uniform"
+TIE = 0.05  # induction wins a fixed-offset score this close: on a periodic text they coincide
+
+
+@torch.no_grad()
+def attention_maps(model: GPT, ids: list[int]) -> torch.Tensor:
+    """Attention weights of every layer and head on one text: (L, H, T, T).
+
+    Runs in eval mode (no dropout) and restores the model's mode afterwards.
+    """
+    if not ids:
+        raise ValueError("the text has no tokens")
+    if not model.config.use_attention or not model.blocks:
+        raise ValueError("this model has no attention layers (its stage leaves attention out)")
+    block_size = model.config.block_size
+    if len(ids) > block_size:
+        raise ValueError(f"the text has {len(ids)} tokens; this model's context is {block_size} tokens")
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, T)
+        _, _, per_layer = model(idx, return_attention=True)  # L x (1, H, T, T)
+    finally:
+        model.train(was_training)
+    return torch.cat(per_layer).float().cpu()  # (L, H, T, T)
+
+
+def head_view(maps: torch.Tensor, query_index: int) -> torch.Tensor:
+    """Where one query token looks in every head: (L, H, T) weights over the keys."""
+    n_tokens = maps.size(-1)
+    if not 0 <= query_index < n_tokens:
+        raise ValueError(f"query token {query_index} is outside the text (positions 0 to {n_tokens - 1})")
+    return maps[:, :, query_index, :]
+
+
+# ---------------------------------------------------------------- per-head summaries
+
+
+@dataclass(frozen=True)
+class HeadSummary:
+    layer: int
+    head: int
+    entropy: float  # bits, mean over query rows
+    normalized_entropy: float  # entropy / the row's maximum (log2 of the visible tokens); 1 = uniform
+    label: str  # one of PATTERNS, "uniform" or "mixed"
+    score: float  # how strongly the head shows its label, 0 to 1
+    scores: dict[str, float | None]  # every pattern's score (PATTERNS order); None where the text cannot show it
+    offset: int | None  # how many tokens back its best fixed-offset match looks (None: text too short)
+    explanation: str  # one sentence for a learner
+
+
+def entropy_bits(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean entropy of each head's query rows in bits, and the same normalised to 0..1: two (L, H).
+
+    Row q can spread over q + 1 tokens, so its maximum is log2(q + 1); row 0 has no choice and
+    is left out of the normalised mean (NaN for a single token).
+    """
+    per_row = torch.special.entr(maps).sum(-1) / math.log(2)  # (L, H, T)
+    max_per_row = torch.log2(torch.arange(2, maps.size(-1) + 1, dtype=maps.dtype))  # (T - 1,) rows 1..T-1
+    return per_row.mean(-1), (per_row[..., 1:] / max_per_row).mean(-1)
+
+
+def pattern_targets(ids: list[int]) -> dict[str, torch.Tensor]:
+    """For each pattern, a (T, T) boolean mask of the keys it looks at from each query."""
+    n = len(ids)
+    query = torch.arange(n)[:, None]  # (T, 1)
+    key = torch.arange(n)[None, :]  # (1, T)
+    tokens = torch.tensor(ids)
+    # key k follows an earlier occurrence (position k - 1) of the query's token
+    follows_same_token = torch.zeros(n, n, dtype=torch.bool)
+    follows_same_token[:, 1:] = tokens[:, None] == tokens[None, :-1]
+    return {
+        "previous-token": key == query - 1,
+        "first-token": (key == 0) & (query > 0),
+        "self": key == query,
+        # keys q - 1 and q are left out: there induction is indistinguishable from previous-token or self
+        "induction": follows_same_token & (key < query - 1),
+    }
+
+
+def pattern_scores(maps: torch.Tensor, ids: list[int]) -> dict[str, tuple[torch.Tensor, torch.Tensor] | None]:
+    """Each pattern defined by `pattern_targets`: (mass, score), both (L, H), or None when no
+    query row can show it (fixed-offset has its own search, `offset_scores`).
+
+    mass: mean attention on the pattern's keys over the rows that have some (but not all keys).
+    score: mass corrected for chance, (mass - uniform's mass) / (1 - uniform's mass), at least 0.
+    """
+    visible = torch.arange(1, len(ids) + 1, dtype=maps.dtype)  # (T,) keys each query can see
+    results = {}
+    for name, targets in pattern_targets(ids).items():
+        n_targets = targets.sum(-1)  # (T,)
+        rows = (n_targets > 0) & (n_targets < visible)
+        if not rows.any():
+            results[name] = None
+            continue
+        mass = (maps * targets).sum(-1)[..., rows].mean(-1)  # (L, H)
+        chance = (n_targets[rows] / visible[rows]).mean()
+        results[name] = (mass, ((mass - chance) / (1 - chance)).clamp(min=0))
+    return results
+
+
+def offset_scores(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Each head's best fixed look-back distance d >= 2: (mass, score, d), all (L, H); None if T < 4.
+
+    Row q puts maps[q, q - d] on it; rows with q - d = 0 are left out (that is the first token).
+    One diagonal at a time: no copy of the maps, which can be large.
+    """
+    n_tokens = maps.size(-1)
+    positions = torch.arange(n_tokens, dtype=maps.dtype)
+    masses, scores = [], []
+    for d in range(2, n_tokens - 1):
+        mass = maps.diagonal(offset=-d, dim1=-2, dim2=-1)[..., 1:].mean(-1)  # rows q = d+1 .. T-1: (L, H)
+        chance = (1 / (positions[d + 1:] + 1)).mean()  # what uniform attention would put there
+        masses.append(mass)
+        scores.append(((mass - chance) / (1 - chance)).clamp(min=0))
+    if not scores:
+        return None
+    best_score, best = torch.stack(scores).max(dim=0)  # over distances: (L, H)
+    best_mass = torch.stack(masses).gather(0, best[None])[0]
+    return best_mass, best_score, best + 2
+
+
+def summarize_heads(maps: torch.Tensor, ids: list[int]) -> list[HeadSummary]:
+    """One `HeadSummary` per head, layer by layer, for the text `ids` that made `maps`."""
+    if maps.size(-1) != len(ids):
+        raise ValueError(f"the maps cover {maps.size(-1)} tokens but {len(ids)} token ids were given")
+    if len(ids) < 2:
+        raise ValueError("a head can only choose where to look with at least 2 tokens")
+    entropy, normalized = entropy_bits(maps)
+    patterns = pattern_scores(maps, ids)
+    offsets = offset_scores(maps)
+    patterns["fixed-offset"] = None if offsets is None else offsets[:2]
+    patterns = {name: patterns[name] for name in PATTERNS}
+    summaries = []
+    for layer in range(maps.size(0)):
+        for head in range(maps.size(1)):
+            mass = {n: float(p[0][layer, head]) for n, p in patterns.items() if p is not None}
+            scores = {n: None if p is None else float(p[1][layer, head]) for n, p in patterns.items()}
+            offset = None if offsets is None else int(offsets[2][layer, head])
+            label, score, closest = _label(scores, float(normalized[layer, head]))
+            summaries.append(HeadSummary(
+                layer=layer, head=head,
+                entropy=float(entropy[layer, head]), normalized_entropy=float(normalized[layer, head]),
+                label=label, score=score, scores=scores, offset=offset,
+                explanation=_explain(label, score, mass.get(label, 0.0), closest, offset, scores),
+            ))
+    return summaries
+
+
+def _label(scores: dict[str, float | None], normalized_entropy: float) -> tuple[str, float, str]:
+    """The head's label, its score, and the closest pattern."""
+    measured = {name: s for name, s in scores.items() if s is not None}
+    closest = max(measured, key=measured.get)
+    if closest == "fixed-offset" and measured.get("induction", -1.0) >= measured[closest] - TIE:
+        # On a text that repeats with one period an induction head scores the same on both;
+        # a head that reads by position scores clearly higher on fixed-offset.
+        closest = "induction"
+    if measured[closest] >= STRONG_PATTERN:
+        return closest, measured[closest], closest
+    if normalized_entropy >= UNIFORM_ENTROPY:
+        return "uniform", normalized_entropy, closest
+    return "mixed", measured[closest], closest
+
+
+def _explain(label: str, score: float, mass: float, closest: str, offset: int | None,
+             scores: dict[str, float | None]) -> str:
+    share = f"{mass:.0%}"
+    sentences = {
+        "previous-token": f"Previous-token head: {share} of each token's attention goes to the token just "
+        "before it, passing 'what came before' forward (a building block of induction heads).",
+        "first-token": f"First-token head (attention sink): {share} of the attention rests on the first "
+        "token, where heads park attention when nothing else is useful.",
+        "self": f"Self head: {share} of each token's attention stays on the token itself.",
+        "fixed-offset": f"Fixed-offset head: {share} of the attention goes to the token {offset} positions "
+        "back, whatever it is: it reads by position, not by content.",
+        "induction": f"Induction head: when the current token appeared before, {share} of the attention "
+        "goes to the token that followed it then, so the model can repeat what came next.",
+        "uniform": f"Averaging head: attention is spread almost evenly ({score:.0%} of the maximum "
+        "entropy), a running average of everything before.",
+    }
+    both = [scores["fixed-offset"], scores["induction"]]
+    if label in ("fixed-offset", "induction") and None not in both and min(both) >= STRONG_PATTERN:
+        # on a text that repeats with one period, both patterns point at the same keys
+        return sentences[label] + (" On a text that repeats with one period, induction and a fixed offset "
+                                   "look alike: Induction probes of other lengths tell them apart.")
+    if label in sentences:
+        return sentences[label]
+    hint = f" (closest: {closest}, score {score:.2f})" if score >= 0.1 else ""
+    return f"No single simple pattern{hint}; open it in the large view to see what it does."
+
+
+def induction_probe(vocab_size: int, half_length: int, *, seed: int = 0) -> list[int]:
+    """Random tokens written twice: the standard text on which induction heads light up.
+
+    In the second half every token has appeared before, so an induction head looks at the
+    token after that earlier occurrence, i.e. `half_length - 1` positions back.
+    """
+    if vocab_size < 1 or half_length < 1:
+        raise ValueError("the probe needs a vocabulary and a half length of at least 1")
+    generator = torch.Generator().manual_seed(seed)
+    half = torch.randint(vocab_size, (half_length,), generator=generator).tolist()
+    return half + half
+
+
+# ---------------------------------------------------------------- downsampling for display
+
+
+def token_spans(n_tokens: int, max_tokens: int) -> list[tuple[int, int]]:
+    """Consecutive groups [start, end) of equal size (the last may be shorter), at most `max_tokens`."""
+    if max_tokens < 1:
+        raise ValueError("max_tokens must be at least 1")
+    size = math.ceil(n_tokens / max_tokens)
+    return [(start, min(start + size, n_tokens)) for start in range(0, n_tokens, size)]
+
+
+def pool_keys(weights: torch.Tensor, max_tokens: int) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """Sum the weights (..., T) over groups of consecutive keys: (..., N), N <= max_tokens.
+
+    Summing keeps each row a distribution: a group gets the attention of all its tokens.
+    """
+    n_tokens = weights.size(-1)
+    spans = token_spans(n_tokens, max_tokens)
+    size = spans[0][1] - spans[0][0]
+    padded = F.pad(weights, (0, len(spans) * size - n_tokens))  # zeros add no weight
+    return padded.unflatten(-1, (len(spans), size)).sum(-1), spans
+
+
+def pool_attention(maps: torch.Tensor, max_tokens: int) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """Block-pool maps (..., T, T) to at most (..., max_tokens, max_tokens) for display.
+
+    A cell is the attention a group of queries gives (on average) to a group of keys, so rows
+    still sum to 1. Returns the pooled maps and the token spans of the groups.
+    """
+    by_key, spans = pool_keys(maps, max_tokens)  # (..., T, N)
+    by_both, _ = pool_keys(by_key.transpose(-1, -2), max_tokens)  # (..., N keys, N queries), summed
+    group_sizes = torch.tensor([end - start for start, end in spans], dtype=maps.dtype)
+    return by_both.transpose(-1, -2) / group_sizes[:, None], spans

@@ -1,0 +1,207 @@
+"""Checkpoints: safetensors weights plus a JSON description; loading never unpickles.
+
+A checkpoint is a folder (or a .zip of the same two files, for downloads and uploads):
+
+    model.safetensors   the weights (a tied LM head is stored once, as the token embedding)
+    config.json         {"format", "version", "model": GPTConfig, "tokenizer": spec, "meta": {...}}
+
+Everything read is checked, and any problem (bad JSON, a missing or extra tensor, a wrong
+shape, a truncated file, an oversized zip member) is a `CheckpointError` whose message says
+what is wrong, never a crash or a silently half-loaded model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors_bytes
+from safetensors.torch import save as save_safetensors_bytes
+
+from core.config import GPTConfig
+from core.model import GPT
+from core.tokenizers import Tokenizer, tokenizer_from_spec
+
+FORMAT = "attention-playground-checkpoint"
+VERSION = 1
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+MAX_WEIGHTS_BYTES = 2 << 30  # 2 GiB: GPT-2 small in float32 is 0.5 GiB
+MAX_CONFIG_BYTES = 4 << 20  # a character vocabulary is small; 4 MiB is generous
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded; the message says why."""
+
+
+# ---------------------------------------------------------------- saving
+
+
+def _unique_state(model: GPT) -> dict[str, torch.Tensor]:
+    """The state dict with shared tensors (a tied LM head) kept once, under their first name."""
+    state, seen = {}, set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        state[name] = tensor.detach().to("cpu", torch.float32).contiguous()
+    return state
+
+
+def _encode(model: GPT, tokenizer: Tokenizer, meta: dict | None) -> tuple[bytes, bytes]:
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise ValueError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model {model.config.vocab_size}"
+        )
+    description = {
+        "format": FORMAT, "version": VERSION, "model": model.config.to_dict(),
+        "tokenizer": tokenizer.spec(), "meta": meta or {},
+    }
+    try:
+        config = json.dumps(description, indent=2, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"meta must be plain JSON data (numbers, strings, lists, dicts): {error}") from None
+    return save_safetensors_bytes(_unique_state(model)), config
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write to a temporary file beside `path`, then rename: a crash never leaves half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save(path: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict | None = None) -> Path:
+    """Write a checkpoint folder at `path` (created if needed); returns the folder."""
+    weights, config = _encode(model, tokenizer, meta)
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_atomic(folder / WEIGHTS_FILE, weights)
+    _write_atomic(folder / CONFIG_FILE, config)
+    return folder
+
+
+def save_archive(path: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict | None = None) -> Path:
+    """Write the checkpoint as one .zip file (suffix added if missing); returns its path."""
+    weights, config = _encode(model, tokenizer, meta)
+    archive = Path(path)
+    if archive.suffix != ".zip":
+        archive = archive.with_name(archive.name + ".zip")
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=archive.parent, prefix=archive.name, suffix=".part")
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr(CONFIG_FILE, config)
+            zf.writestr(WEIGHTS_FILE, weights)
+        os.replace(tmp, archive)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return archive
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load(path: str | Path) -> tuple[GPT, Tokenizer, dict]:
+    """(model in eval mode on the CPU, tokenizer, meta) from a checkpoint folder or .zip."""
+    path = Path(path)
+    if path.is_dir():
+        weights = _read_file(path / WEIGHTS_FILE, MAX_WEIGHTS_BYTES)
+        config = _read_file(path / CONFIG_FILE, MAX_CONFIG_BYTES)
+    elif path.is_file():
+        weights, config = _read_archive(path)
+    else:
+        raise CheckpointError(f"no checkpoint at {path}")
+    return _decode(weights, config)
+
+
+def _read_file(path: Path, limit: int) -> bytes:
+    if not path.is_file():
+        raise CheckpointError(f"the checkpoint has no {path.name} (expected {WEIGHTS_FILE} and {CONFIG_FILE})")
+    if path.stat().st_size > limit:
+        raise CheckpointError(f"{path.name} is {path.stat().st_size:,} bytes; the limit is {limit:,}")
+    return path.read_bytes()
+
+
+def _read_archive(path: Path) -> tuple[bytes, bytes]:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return (_read_member(zf, WEIGHTS_FILE, MAX_WEIGHTS_BYTES),
+                    _read_member(zf, CONFIG_FILE, MAX_CONFIG_BYTES))
+    except zipfile.BadZipFile as error:
+        raise CheckpointError(f"{path.name} is not a checkpoint folder or a valid .zip ({error})") from None
+    except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as error:
+        raise CheckpointError(f"{path.name} could not be read as a zip archive ({error})") from None
+
+
+def _read_member(zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
+    """One member, read with a hard cap: the size a zip declares is not trusted (zip bombs)."""
+    try:
+        info = zf.getinfo(name)
+    except KeyError:
+        raise CheckpointError(f"the archive has no {name} (expected {WEIGHTS_FILE} and {CONFIG_FILE})") from None
+    if info.file_size > limit:
+        raise CheckpointError(f"{name} in the archive is {info.file_size:,} bytes; the limit is {limit:,}")
+    with zf.open(info) as member:
+        data = member.read(limit + 1)
+    if len(data) > limit:
+        raise CheckpointError(f"{name} in the archive unpacks to more than {limit:,} bytes")
+    return data
+
+
+def _decode(weights: bytes, config: bytes) -> tuple[GPT, Tokenizer, dict]:
+    try:
+        description = json.loads(config.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{CONFIG_FILE} is not valid JSON ({error})") from None
+    if not isinstance(description, dict) or description.get("format") != FORMAT:
+        raise CheckpointError(f"{CONFIG_FILE} is not an Attention Playground checkpoint description")
+    if description.get("version") != VERSION:
+        raise CheckpointError(f"checkpoint version {description.get('version')!r} is not supported (expected {VERSION})")
+    meta = description.get("meta", {})
+    if not isinstance(meta, dict):
+        raise CheckpointError("the checkpoint's 'meta' must be a JSON object")
+    try:
+        model_config = GPTConfig.from_dict(description.get("model"))
+        tokenizer = tokenizer_from_spec(description.get("tokenizer"))
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"the checkpoint's description is invalid: {error}") from None
+    if tokenizer.vocab_size != model_config.vocab_size:
+        raise CheckpointError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model expects {model_config.vocab_size}"
+        )
+
+    try:
+        tensors = load_safetensors_bytes(weights)
+    except (SafetensorError, ValueError, RuntimeError) as error:
+        raise CheckpointError(f"{WEIGHTS_FILE} is damaged or truncated ({error})") from None
+    model = GPT(model_config)
+    expected = _unique_state(model)
+    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{WEIGHTS_FILE} does not match the model config: missing {missing or 'none'}, "
+            f"unexpected {unexpected or 'none'}"
+        )
+    for name, tensor in tensors.items():
+        if tensor.shape != expected[name].shape:
+            raise CheckpointError(
+                f"tensor {name} has shape {tuple(tensor.shape)}, the config needs {tuple(expected[name].shape)}"
+            )
+        if not tensor.is_floating_point():
+            raise CheckpointError(f"tensor {name} has dtype {tensor.dtype}, expected floating point")
+    # strict=False only because a tied LM head is stored once; the key check above is the strict one.
+    model.load_state_dict(tensors, strict=False)
+    return model.eval(), tokenizer, meta

@@ -1,0 +1,216 @@
+"""Text generation: temperature, top-k, top-p, a seed, a KV cache, and a streaming twin.
+
+    ids = generate(model, idx, 200, temperature=0.8, top_k=50, seed=1)   # (B, T + 200)
+    for step in stream(model, tokenizer, prompt_ids, 200):               # one TokenStep per token
+        print(step.text, end="")
+
+Contexts longer than the model's window. Positions are learned and absolute, so sliding the
+window by one token would move every position and invalidate the whole KV cache. Instead,
+when the window is full the generator drops the oldest half of it: it keeps the newest
+ceil(block_size / 2) tokens, rebuilds the cache from them (their positions restart at 0),
+and then continues one token at a time until the window is full again. One function,
+`window_start`, decides the window for every step, and the no-cache path feeds the model
+exactly the same windows, so greedy decoding gives identical tokens with and without the
+cache. The cached path costs one re-prefill per block_size / 2 new tokens instead of one
+full forward per token.
+
+Randomness: `seed` makes a fresh generator; otherwise a caller's `generator` (e.g. one per
+session) is used; with neither, torch's global RNG. Temperature 0 means greedy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from core.model import GPT, KVCache
+from core.tokenizers import Tokenizer
+
+MAX_NEW_TOKENS = 100_000  # a sanity bound; a typo should not tie up a server for hours
+
+
+@dataclass
+class TokenStep:
+    token_id: int
+    text: str  # what this token adds to the decoded output ('' while a multi-byte character is incomplete)
+    prob: float  # the model's probability of this token (softmax of logits / temperature)
+    alternatives: list[tuple[int, str, float]]  # the top (id, label, prob) candidates, incl. the chosen one
+
+
+def window_start(length: int, start: int, block_size: int) -> int:
+    """Where the model's context begins for a sequence of `length` tokens whose window began at `start`.
+
+    The window stays put while it fits; when it overflows, it jumps forward to keep only the
+    newest ceil(block_size / 2) tokens. Both decoding paths call this, so they see the same windows.
+    """
+    if length - start <= block_size:
+        return start
+    return length - (block_size - block_size // 2)
+
+
+class _Context:
+    """Feeds the model the current window and returns the next-token logits, with or without a cache."""
+
+    def __init__(self, model: GPT, prompt_length: int, use_cache: bool) -> None:
+        self.model = model
+        self.block_size = model.config.block_size
+        self.start = max(0, prompt_length - self.block_size)  # a long prompt keeps its newest tokens
+        self.use_cache = use_cache
+        self.cache: KVCache | None = None
+
+    def next_logits(self, idx: torch.Tensor) -> torch.Tensor:
+        """idx (B, T) -> logits (B, vocab) for the token after idx[:, -1]."""
+        start = window_start(idx.size(1), self.start, self.block_size)
+        if not self.use_cache:
+            self.start = start
+            logits, _ = self.model(idx[:, start:])
+        elif self.cache is None or start != self.start:
+            self.start, self.cache = start, self.model.new_cache()
+            logits, _ = self.model(idx[:, start:], cache=self.cache)  # (re-)prefill the window
+        else:
+            logits, _ = self.model(idx[:, -1:], cache=self.cache)  # one new position
+        return logits[:, -1, :].float()
+
+
+def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """Raise ValueError with a clear message for arguments that cannot work."""
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or not 0 <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise ValueError(f"max_new_tokens must be an integer from 0 to {MAX_NEW_TOKENS:,}, got {max_new_tokens!r}")
+    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if top_p is not None and (not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+
+
+def sampling_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """(B, V) logits -> (B, V) probabilities to draw from: tempered, then top-k, then top-p filtered."""
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        # Drop a token when the tokens before it already reach top_p (the first always stays).
+        drop_sorted = (cumulative - sorted_logits.softmax(dim=-1)) >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return F.softmax(logits, dim=-1)
+
+
+def _choose(
+    logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """(B, V) logits -> (B, 1) next token ids."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    probs = sampling_probs(logits, temperature, top_k, top_p)
+    device = generator.device if generator is not None else probs.device
+    return torch.multinomial(probs.to(device), 1, generator=generator).to(logits.device)
+
+
+def _generator(seed: int | None, generator: torch.Generator | None, device: torch.device) -> torch.Generator | None:
+    if seed is None:
+        return generator
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+@contextlib.contextmanager
+def _eval_mode(model: GPT):
+    """Dropout off while generating; the model's previous mode afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+@torch.no_grad()
+def generate(
+    model: GPT,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Continue each row of idx (B, T) by `max_new_tokens` tokens -> (B, T + max_new_tokens)."""
+    check_sampling(max_new_tokens, temperature, top_k, top_p)
+    if idx.dim() != 2 or idx.size(1) == 0:
+        raise ValueError(f"idx must be a (B, T) tensor with T >= 1, got shape {tuple(idx.shape)}")
+    generator = _generator(seed, generator, idx.device)
+    context = _Context(model, idx.size(1), use_cache)
+    with _eval_mode(model):
+        for _ in range(max_new_tokens):
+            next_id = _choose(context.next_logits(idx), temperature, top_k, top_p, generator)
+            idx = torch.cat([idx, next_id], dim=1)  # (B, T + 1)
+    return idx
+
+
+@torch.no_grad()
+def stream(
+    model: GPT,
+    tokenizer: Tokenizer,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+    n_alternatives: int = 5,
+) -> Iterator[TokenStep]:
+    """Generate one token at a time, each with its probability and the top alternatives.
+
+    Concatenating the steps' `text` gives the decoded continuation, also for byte-level BPE
+    tokens that split a character (the text appears once the character is complete).
+    """
+    check_sampling(max_new_tokens, temperature, top_k, top_p)
+    vocab_size = model.config.vocab_size
+    if not prompt_ids:
+        raise ValueError("the prompt is empty: give at least one token")
+    if any(not isinstance(i, int) or not 0 <= i < vocab_size for i in prompt_ids):
+        raise ValueError(f"prompt token ids must be integers in [0, {vocab_size})")
+    if not isinstance(n_alternatives, int) or n_alternatives < 1:
+        raise ValueError(f"n_alternatives must be a positive integer, got {n_alternatives!r}")
+
+    device = next(model.parameters()).device
+    generator = _generator(seed, generator, device)
+    idx = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # (1, T)
+    context = _Context(model, idx.size(1), use_cache)
+    new_ids: list[int] = []
+    shown = ""  # decoded text handed out so far
+    with _eval_mode(model):
+        for _ in range(max_new_tokens):
+            logits = context.next_logits(idx)  # (1, V)
+            next_id = _choose(logits, temperature, top_k, top_p, generator)
+            idx = torch.cat([idx, next_id], dim=1)
+            token_id = next_id.item()
+            new_ids.append(token_id)
+
+            probs = F.softmax(logits[0] / (temperature or 1.0), dim=-1)  # what the model thought
+            top = torch.topk(probs, min(n_alternatives, vocab_size))
+            alternatives = [(i, tokenizer.token_label(i), p) for i, p in zip(top.indices.tolist(), top.values.tolist())]
+            if token_id not in top.indices.tolist():
+                alternatives.append((token_id, tokenizer.token_label(token_id), probs[token_id].item()))
+
+            # Hold back a trailing incomplete UTF-8 character (decoded as U+FFFD) until it completes.
+            decoded = tokenizer.decode(new_ids).rstrip("\ufffd")
+            text, shown = decoded[len(shown):], decoded
+            yield TokenStep(token_id, text, probs[token_id].item(), alternatives)

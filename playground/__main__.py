@@ -1,0 +1,35 @@
+"""python -m playground [--host 127.0.0.1] [--port N] [--share] [--no-caps] [--open]
+
+Starts the app on this machine only (127.0.0.1) at the first free port from 7860 and prints
+its URL. `--host 0.0.0.0` serves a workshop's network; `--no-caps` lifts the model-size caps
+for one person on a laptop; `--share` asks Gradio for a public link (off unless asked).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from playground.app import build_app, launch_kwargs
+from playground.settings import Settings
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m playground", description="Attention Playground")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: this machine only)")
+    parser.add_argument("--port", type=int, default=None, help="port (default: the first free one from 7860)")
+    parser.add_argument("--share", action="store_true", help="also create a public gradio.live link")
+    parser.add_argument("--no-caps", action="store_true", help="lift the model-size caps (for your own machine)")
+    parser.add_argument("--open", action="store_true", help="open the app in a browser")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    settings = Settings.local() if args.no_caps else Settings.from_env()
+    demo = build_app(settings)
+    kwargs = launch_kwargs(settings, host=args.host, port=args.port)
+    demo.launch(**{**kwargs, "share": args.share, "inbrowser": args.open})
+
+
+if __name__ == "__main__":
+    main()

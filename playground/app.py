@@ -1,0 +1,92 @@
+"""The Gradio app: four tabs over one per-session registry, launched with secure defaults.
+
+    from playground.app import build_app, launch_kwargs
+    from playground.settings import Settings
+    settings = Settings.from_env()
+    build_app(settings).launch(**launch_kwargs(settings))
+
+Each tab is a module in `playground.tabs` with `build(ctx: AppContext) -> None`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+import torch
+
+from playground.context import AppContext
+from playground.sessions import SessionRegistry
+from playground.settings import Settings
+from playground.tabs import attention, baby, generate, train
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+TITLE = "Attention Playground"
+INTRO = (
+    "Train a tiny GPT in your browser, generate text token by token, and look inside every "
+    "attention head. Start on **Train** with the default task, then explore the other tabs."
+)
+# (tab id, title, module with build(ctx))
+TABS = (
+    ("train", "Train", train),
+    ("generate", "Generate", generate),
+    ("attention", "Attention", attention),
+    ("baby", "Baby GPT", baby),
+)
+
+
+def configure_torch(settings: Settings) -> None:
+    """Give each torch op `settings.torch_threads` threads (1 on a shared server).
+
+    On a 2-core server up to `train_concurrency` trainings run at once beside generation and the
+    web server itself. Tiny models gain almost nothing from intra-op parallelism, while several
+    jobs each spawning a thread per core oversubscribe the CPU and make every request slow.
+    One thread per op keeps each job on about one core and the server responsive.
+    """
+    torch.set_num_threads(settings.torch_threads)
+
+
+def build_app(settings: Settings | None = None) -> gr.Blocks:
+    settings = settings or Settings.from_env()
+    configure_torch(settings)
+    registry = SessionRegistry(settings.max_sessions, settings.session_ttl_s)
+    # Uploaded and returned files (corpora, checkpoints) older than an hour are deleted every half hour.
+    with gr.Blocks(title=TITLE, delete_cache=(1800, 3600)) as demo:
+        gr.Markdown(f"# {TITLE}\n{INTRO}", elem_id="intro")
+        model_changed = gr.Textbox(visible=False, elem_id="model-changed")
+        with gr.Tabs() as tabs:
+            ctx = AppContext(settings=settings, registry=registry, model_changed=model_changed, tabs=tabs, demo=demo)
+            for tab_id, title, module in TABS:
+                with gr.Tab(title, id=tab_id, elem_id=f"tab-{tab_id}"):
+                    module.build(ctx)
+        # A closed tab frees its model now rather than when the TTL sweep finds it.
+        demo.unload(_freer(registry))
+    demo.queue(max_size=settings.max_queue_size, default_concurrency_limit=1)
+    demo.registry = registry  # for tests and benchmarks: the sessions this app holds
+    return demo
+
+
+def _freer(registry: SessionRegistry):
+    def free_session(request: gr.Request) -> None:
+        registry.free(request)
+
+    return free_session
+
+
+def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None = None) -> dict:
+    """Secure defaults: no share link, no monitoring endpoint, no extra served paths, an upload
+    cap, server exceptions hidden (gr.Error messages are always shown)."""
+    return dict(
+        server_name=host,
+        server_port=port,
+        share=False,
+        show_error=False,
+        enable_monitoring=False,
+        allowed_paths=[],
+        max_file_size=settings.max_upload_bytes,
+        ssr_mode=False,  # no Node server: one process, less memory
+        theme=gr.themes.Soft(primary_hue="indigo", secondary_hue="amber"),
+        css_paths=[ASSETS / "style.css"],
+        footer_links=["api", "gradio", "settings"],
+        run_history=False,  # nothing recorded in the browser
+    )

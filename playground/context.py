@@ -1,0 +1,55 @@
+"""What every tab's `build(ctx)` receives: the settings, the session registry, and the few
+components that tabs share.
+
+    def build(ctx: AppContext) -> None:          # called inside `with gr.Tab(...)`
+        button.click(handler, inputs, outputs, api_name="attention",
+                     **ctx.heavy("attention"))    # concurrency_id/limit for a heavy event kind
+        stop.click(cheap_handler, ..., **ctx.cheap())   # never waits behind training
+
+        def handler(text, request: gr.Request):
+            session = ctx.registry.get(request)
+            with ctx.registry.job(request, "attention"):
+                ...
+
+Shared components:
+- `model_changed`: a hidden Textbox the Train tab sets to a new value whenever the session's model
+  is replaced, trained further, reset or loaded from a checkpoint. Tabs that show something derived
+  from the model listen with `ctx.model_changed.change(...)`. Its value is a short description of
+  the model (empty when there is none).
+- `demo`: the `gr.Blocks` being built, e.g. for `ctx.demo.load(fn, inputs, outputs)`.
+- `tabs`: the `gr.Tabs`, so a button can switch tab (`gr.Tabs(selected="attention")`); tab ids are
+  "train", "generate", "attention", "baby".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from playground.sessions import SessionRegistry
+from playground.settings import Settings
+
+# Events that do real work share a concurrency id per kind; the limit comes from the settings.
+HEAVY_KINDS = ("train", "generate", "attention", "baby")
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    registry: SessionRegistry
+    model_changed: gr.Textbox
+    tabs: gr.Tabs
+    demo: gr.Blocks | None = None  # for `ctx.demo.load(...)` (runs when a page opens)
+
+    def heavy(self, kind: str) -> dict:
+        """Event keyword arguments for a heavy event kind: at most N of them run at once."""
+        if kind not in HEAVY_KINDS:
+            raise ValueError(f"unknown event kind {kind!r}; use one of {HEAVY_KINDS}")
+        return dict(concurrency_id=kind, concurrency_limit=getattr(self.settings, f"{kind}_concurrency"))
+
+    @staticmethod
+    def cheap() -> dict:
+        """Event keyword arguments for cheap events (stop, previews, counts): no limit, own id,
+        so they never wait in line behind a training."""
+        return dict(concurrency_id="cheap", concurrency_limit=None)

@@ -1,0 +1,244 @@
+"""Plotly figures of attention: the layer x head grid, one large head, the head view, the summary.
+
+Figures only draw; the numbers (maps, pooling, summaries) come from `core.attention`.
+Every figure stays under 2 MB of JSON, even for 12 layers x 12 heads x 256 tokens: the grid
+pools maps to fit a fixed JSON budget and says so in its title.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from plotly.colors import qualitative
+
+from core.attention import PATTERNS, HeadSummary, pool_attention, pool_keys
+
+COLORSCALE = "Blues"
+HEAD_COLORS = qualitative.Dark24
+GRID_JSON_BUDGET = 1_500_000  # bytes of JSON for the whole grid, safely under the 2 MB a figure may take
+JSON_PER_CELL = 7  # a float32 as base64 with plotly's escaping
+JSON_PER_HEAD = 1_200  # each subplot's axes, title, token labels and hover template
+LARGE_MAX_TOKENS = 256  # the single-head view pools only beyond this
+HEAD_VIEW_MAX_ROWS = 64  # token rows in the head view before keys are grouped
+TICK_LABELS_MAX = 48  # more tokens than this on an axis and tick labels become unreadable
+LABEL_COLORS = {
+    "previous-token": "#1f77b4", "first-token": "#7f7f7f", "self": "#2ca02c", "fixed-offset": "#9467bd",
+    "induction": "#d62728", "uniform": "#bcbd22", "mixed": "#e7e7e7",
+}
+
+
+def axis_labels(labels: list[str], spans: list[tuple[int, int]]) -> list[str]:
+    """Unique category names for a heatmap axis ("#3 e", or "#8-15 the cat" for a pooled group).
+
+    The position makes repeated tokens distinct; plotly would merge equal categories.
+    """
+    names = []
+    for start, end in spans:
+        text = "".join(labels[start:end])
+        text = text if len(text) <= 12 else text[:11] + "…"
+        names.append(f"#{start} {text}" if end - start == 1 else f"#{start}-{end - 1} {text}")
+    return names
+
+
+def _pooling_note(spans: list[tuple[int, int]], n_tokens: int) -> str:
+    size = spans[0][1] - spans[0][0]
+    return "" if size == 1 else f" (pooled: {n_tokens} tokens in groups of {size}; rows still sum to 1)"
+
+
+def _hover(layer: int, head: int, pooled: bool) -> str:
+    what = "share of the query group's attention on the key group" if pooled else "weight"
+    return f"layer {layer} head {head}<br>query %{{y}}<br>key %{{x}}<br>{what} %{{z:.4f}}<extra></extra>"
+
+
+def heatmap_grid(maps: torch.Tensor, labels: list[str], *, json_budget: int = GRID_JSON_BUDGET,
+                 title: str = "Attention of every head") -> go.Figure:
+    """Every layer (rows) x head (columns) of maps (L, H, T, T) as heatmaps on one colour scale.
+
+    Maps are block-pooled to the largest size whose JSON fits `json_budget` (the title says so).
+    """
+    n_layer, n_head, n_tokens, _ = maps.shape
+    n_heads = n_layer * n_head
+    side = max(1, math.isqrt(max(0, json_budget - n_heads * JSON_PER_HEAD) // (n_heads * JSON_PER_CELL)))
+    pooled, spans = pool_attention(maps, side)  # (L, H, N, N)
+    names = axis_labels(labels, spans)
+    show_ticks = len(names) <= TICK_LABELS_MAX and n_head <= 4
+    values = pooled.numpy().astype(np.float32)
+    # Axes laid out by hand: plotly's make_subplots validates each update and takes seconds for 144 heads.
+    data, layout, titles = [], {}, []
+    for layer in range(n_layer):
+        for head in range(n_head):
+            n = layer * n_head + head + 1
+            data.append(go.Heatmap(
+                z=values[layer, head], x=names, y=names, coloraxis="coloraxis", xaxis=f"x{n}", yaxis=f"y{n}",
+                hovertemplate=_hover(layer, head, len(spans) < n_tokens),
+            ))
+            x0, y1 = head / n_head, 1 - layer / n_layer
+            layout[f"xaxis{n}"] = dict(
+                domain=[x0, x0 + 0.92 / n_head], anchor=f"y{n}", type="category", ticks="",
+                showticklabels=show_ticks and layer == n_layer - 1, tickangle=-90,
+            )
+            layout[f"yaxis{n}"] = dict(
+                domain=[y1 - 0.85 / n_layer, y1 - 0.07 / n_layer], anchor=f"x{n}", type="category",
+                ticks="", autorange="reversed", showticklabels=show_ticks and head == 0,
+            )
+            titles.append(dict(text=f"L{layer} H{head}", x=x0 + 0.46 / n_head, y=y1, xref="paper", yref="paper",
+                               xanchor="center", yanchor="top", showarrow=False, font=dict(size=10)))
+    cell_px = max(70, min(220, 960 // n_head))
+    return go.Figure(data=data, layout=dict(
+        layout, annotations=titles, title=title + _pooling_note(spans, n_tokens),
+        coloraxis=dict(colorscale=COLORSCALE, cmin=0, cmax=1, colorbar=dict(title="weight", thickness=12)),
+        height=n_layer * cell_px + 140, margin=dict(l=50, r=20, t=80, b=40), plot_bgcolor="white",
+    ))
+
+
+def live_heatmap(maps: torch.Tensor, labels: list[str]) -> go.Figure:
+    """A small grid for the Train tab's live view of a probe prompt: maps (H, T, T) or (L, H, T, T)."""
+    if maps.dim() == 3:
+        maps = maps[None]
+    # refreshed a few times a second while training: a small budget keeps each update light
+    fig = heatmap_grid(maps, labels, json_budget=150_000, title="Attention on the probe prompt")
+    fig.update_layout(height=min(fig.layout.height, 120 * maps.size(0) + 120), margin=dict(t=60))
+    return fig
+
+
+def head_heatmap(weights: torch.Tensor, labels: list[str], layer: int, head: int) -> go.Figure:
+    """One head's map (T, T) large, with token labels on both axes."""
+    n_tokens = weights.size(-1)
+    pooled, spans = pool_attention(weights, LARGE_MAX_TOKENS)
+    names = axis_labels(labels, spans)
+    ticks = dict(type="category", tickmode="array", tickvals=names, ticktext=[n.split(" ", 1)[1] for n in names],
+                 showticklabels=len(names) <= 2 * TICK_LABELS_MAX, tickfont=dict(size=10))
+    fig = go.Figure(go.Heatmap(
+        z=pooled.numpy().astype(np.float32), x=names, y=names, colorscale=COLORSCALE, zmin=0, zmax=1,
+        colorbar=dict(title="weight", thickness=12), hovertemplate=_hover(layer, head, len(spans) < n_tokens),
+    ))
+    fig.update_xaxes(title="key (attended to)", tickangle=-90, **ticks)
+    fig.update_yaxes(title="query (looking)", autorange="reversed", **ticks)
+    fig.update_layout(
+        title=f"Layer {layer}, head {head}" + _pooling_note(spans, n_tokens),
+        height=640, margin=dict(l=70, r=20, t=60, b=70), plot_bgcolor="white",
+    )
+    return fig
+
+
+def head_view(weights: torch.Tensor, labels: list[str], query_index: int, layer: int) -> go.Figure:
+    """Where one query token looks in each head of a layer, bertviz style.
+
+    weights: (H, T) attention of the query over the keys. Tokens stand in two columns; a line
+    from the query (left) to a key (right) is as opaque and thick as its weight, one colour per
+    head. Click a head in the legend to hide it, double-click to see it alone.
+    """
+    n_head, n_tokens = weights.shape
+    pooled, spans = pool_keys(weights, HEAD_VIEW_MAX_ROWS)  # (H, N)
+    query_row = next(row for row, (start, end) in enumerate(spans) if start <= query_index < end)
+    names = axis_labels(labels, spans)
+    rows = len(spans)
+    fig = go.Figure()
+    for head in range(n_head):
+        _add_head_lines(fig, pooled[head].tolist(), query_row, head, HEAD_COLORS[head % len(HEAD_COLORS)])
+    # hover points on the key column carry every head's exact weight
+    per_head = pooled.tolist()
+    hover = ["<br>".join(f"head {h}: {per_head[h][row]:.4f}" for h in range(n_head)) for row in range(rows)]
+    fig.add_trace(go.Scatter(
+        x=[1] * rows, y=list(range(rows)), mode="markers", marker=dict(size=6, color="rgba(0,0,0,0.15)"),
+        customdata=hover, hovertemplate="key %{text}<br>%{customdata}<extra></extra>", text=names,
+        showlegend=False,
+    ))
+    for side, x in (("query", -0.02), ("key", 1.02)):
+        fig.add_trace(go.Scatter(
+            x=[x] * rows, y=list(range(rows)), mode="text", text=names, hoverinfo="skip", showlegend=False,
+            textposition="middle left" if side == "query" else "middle right",
+            textfont=dict(size=11, color=["#d62728" if (side == "query" and r == query_row) else
+                                          ("#bbbbbb" if r > query_row else "#222222") for r in range(rows)]),
+        ))
+    title = f"Layer {layer}: where token {names[query_row]} looks"
+    if rows < n_tokens:
+        title += f" (keys grouped by {spans[0][1] - spans[0][0]}; a group's weight is their sum)"
+    fig.update_xaxes(visible=False, range=[-0.6, 1.6])
+    fig.update_yaxes(visible=False, autorange="reversed")
+    fig.update_layout(
+        title=title, height=max(320, 18 * rows + 120), margin=dict(l=10, r=10, t=60, b=10),
+        plot_bgcolor="white", legend=dict(title="head (click to hide)"),
+    )
+    return fig
+
+
+def _add_head_lines(fig: go.Figure, weights: list[float], query_row: int, head: int, color: str) -> None:
+    """One legend entry per head; its lines are bucketed by weight since a trace has one opacity."""
+    levels = 5
+    buckets: dict[int, list] = {}
+    for row, weight in enumerate(weights):
+        if weight >= 0.01:  # lighter lines would be invisible anyway
+            level = min(levels, math.ceil(weight * levels))
+            buckets.setdefault(level, []).append(row)
+    first = True
+    for level in sorted(buckets, reverse=True):
+        xs, ys = [], []
+        for row in buckets[level]:
+            xs += [0, 1, None]
+            ys += [query_row, row, None]
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, mode="lines", line=dict(color=color, width=1 + 1.5 * level),
+            opacity=0.15 + 0.85 * level / levels, hoverinfo="skip",
+            name=f"head {head}", legendgroup=f"head {head}", showlegend=first,
+        ))
+        first = False
+    if first:  # nothing visible: still list the head so the legend has every head
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=color),
+                                 name=f"head {head}", legendgroup=f"head {head}"))
+
+
+SUMMARY_HEADERS = ["layer", "head", "label", "score", "entropy (bits)", "entropy / max",
+                   *PATTERNS, "what it does"]
+
+
+def summary_table(summaries: list[HeadSummary]) -> list[list]:
+    """Rows for a table with SUMMARY_HEADERS; an unmeasurable pattern shows as '-'."""
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    return [
+        [s.layer, s.head, s.label, fmt(s.score), fmt(s.entropy), fmt(s.normalized_entropy),
+         *(fmt(s.scores[name]) for name in PATTERNS), s.explanation]
+        for s in summaries
+    ]
+
+
+def summary_figure(summaries: list[HeadSummary]) -> go.Figure:
+    """A layer x head board: each cell coloured by the head's label, with its score."""
+    n_layer = max(s.layer for s in summaries) + 1
+    n_head = max(s.head for s in summaries) + 1
+    kinds = list(LABEL_COLORS)
+    z = np.zeros((n_layer, n_head))
+    text = [["" for _ in range(n_head)] for _ in range(n_layer)]
+    hover = [["" for _ in range(n_head)] for _ in range(n_layer)]
+    for s in summaries:
+        z[s.layer, s.head] = kinds.index(s.label)
+        name = f"{s.offset} back" if s.label == "fixed-offset" else s.label
+        text[s.layer][s.head] = f"{name}<br>{s.score:.2f}"
+        hover[s.layer][s.head] = f"layer {s.layer} head {s.head}<br>{'<br>'.join(textwrap.wrap(s.explanation, 60))}"
+    # a stepped colour scale: one flat band per label
+    scale = []
+    for i, kind in enumerate(kinds):
+        scale += [[i / len(kinds), LABEL_COLORS[kind]], [(i + 1) / len(kinds), LABEL_COLORS[kind]]]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=[f"H{h}" for h in range(n_head)], y=[f"L{layer}" for layer in range(n_layer)],
+        zmin=-0.5, zmax=len(kinds) - 0.5, colorscale=scale, showscale=False, xgap=2, ygap=2,
+        text=text, texttemplate="%{text}", textfont=dict(size=10 if n_head <= 8 else 8),
+        customdata=hover, hovertemplate="%{customdata}<extra></extra>",
+    ))
+    for kind in kinds:  # a legend of the labels' colours
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=kind,
+                                 marker=dict(size=12, symbol="square", color=LABEL_COLORS[kind])))
+    fig.update_xaxes(side="top", type="category")
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_layout(
+        title="What each head does (hover for an explanation)", height=max(260, 48 * n_layer + 140),
+        margin=dict(l=50, r=20, t=90, b=20), plot_bgcolor="white", legend=dict(orientation="h", y=-0.05),
+    )
+    return fig
+

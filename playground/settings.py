@@ -1,0 +1,109 @@
+"""What this server allows: caps on model size and work, session limits, concurrency.
+
+A public Space or a workshop server keeps the defaults (sized for 2 CPU cores); a learner on a
+laptop lifts the caps with `python -m playground --no-caps` (`Settings.local()`). Every cap can
+also be set by an environment variable named `PLAYGROUND_<FIELD>` in upper case, e.g.
+`PLAYGROUND_MAX_LAYERS=8`:
+
+    settings = Settings.from_env()            # defaults, overridden by PLAYGROUND_* variables
+    settings.max_layers                        # 6
+    settings.cap_hint("max_layers")            # how a user lifts that cap, for error messages
+
+Handlers enforce the caps through `playground.validate`, whose messages name the cap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+ENV_PREFIX = "PLAYGROUND_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    # model size and work per request (the "caps"; the ones a laptop user may lift)
+    max_layers: int = 6
+    max_heads: int = 8
+    max_embd: int = 256
+    max_block_size: int = 256
+    max_batch_size: int = 64
+    max_params: int = 8_000_000  # weights + Adam state ~ 16 bytes each: 128 MB per training session
+    max_iters: int = 5000
+    max_new_tokens: int = 1000  # tokens per /generate call
+    max_text_chars: int = 2_000_000  # pasted training text (Tiny Shakespeare is 1.1M)
+    max_prompt_chars: int = 10_000  # prompts and attention inputs
+    max_upload_bytes: int = 40_000_000  # any upload: a max_params checkpoint is 32 MB
+    max_attention_tokens: int = 256  # tokens shown in attention maps
+    # sessions
+    max_sessions: int = 60  # least recently used beyond this is evicted
+    session_ttl_s: float = 3600.0  # idle sessions are freed after this
+    # queue: how many of each heavy event kind run at once; the rest wait in the queue
+    train_concurrency: int = 2
+    generate_concurrency: int = 4
+    attention_concurrency: int = 4
+    baby_concurrency: int = 2
+    max_queue_size: int = 100
+    # torch intra-op threads per process, see `playground.app.configure_torch`
+    torch_threads: int = 1
+    # True when the caps were lifted on purpose (a laptop), for messages only
+    caps_lifted: bool = False
+
+    # Fields that are caps: error messages tell how to lift them.
+    CAPS = (
+        "max_layers", "max_heads", "max_embd", "max_block_size", "max_batch_size", "max_params", "max_iters",
+        "max_new_tokens", "max_text_chars", "max_prompt_chars", "max_upload_bytes", "max_attention_tokens",
+    )
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.type in ("int", "float") and not value > 0:
+                raise ValueError(f"setting {field.name} must be positive, got {value!r}")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> "Settings":
+        """Defaults, then `PLAYGROUND_<FIELD>` variables, then keyword overrides."""
+        environ = os.environ if environ is None else environ
+        values = {}
+        for field in dataclasses.fields(cls):
+            raw = environ.get(ENV_PREFIX + field.name.upper())
+            if raw is None:
+                continue
+            try:
+                values[field.name] = _parse(field.type, raw)
+            except ValueError:
+                raise ValueError(
+                    f"{ENV_PREFIX}{field.name.upper()}={raw!r} is not a valid {field.type}"
+                ) from None
+        return cls(**{**values, **overrides})
+
+    @classmethod
+    def local(cls, environ: dict[str, str] | None = None, **overrides) -> "Settings":
+        """Caps for one person on their own machine: bigger models, longer runs, fewer sessions."""
+        lifted = dict(
+            max_layers=24, max_heads=32, max_embd=1024, max_block_size=2048, max_batch_size=512,
+            max_params=2_000_000_000,
+            max_iters=1_000_000, max_new_tokens=10_000, max_text_chars=200_000_000,
+            max_prompt_chars=200_000, max_upload_bytes=2_000_000_000, max_attention_tokens=512,
+            max_sessions=8, torch_threads=max(1, os.cpu_count() or 1), caps_lifted=True,
+        )
+        return cls.from_env(environ, **{**lifted, **overrides})
+
+    def cap_hint(self, cap: str) -> str:
+        """How a user lifts `cap`, appended to messages about values over it."""
+        if cap not in self.CAPS:
+            raise ValueError(f"{cap!r} is not a cap; caps are {self.CAPS}")
+        return (
+            f"This server's cap is {getattr(self, cap):,}; running locally, lift it with "
+            f"`python -m playground --no-caps` or {ENV_PREFIX}{cap.upper()}=<value>."
+        )
+
+
+def _parse(kind: str, raw: str):
+    if kind == "bool":
+        if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
+            raise ValueError(raw)
+        return raw.lower() in ("1", "true", "yes")
+    return int(raw) if kind == "int" else float(raw)

@@ -1,0 +1,1 @@
+"""One module per tab, each with `build(ctx: playground.context.AppContext) -> None`."""

@@ -1,0 +1,231 @@
+"""The Attention tab: every head's attention on a text, one head large, a query's head view,
+and a per-head summary that tells a learner where to look.
+
+Analyse (api `/attention`) runs the model once under the session's job lock and keeps the maps
+in the session (`session.attention`); the pickers only redraw from them, so they are cheap and
+always show the same model as the grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+import torch
+
+from core.attention import HeadSummary, attention_maps, head_view, induction_probe, summarize_heads
+from core.model import GPT
+from core.tokenizers import Tokenizer, token_labels
+from playground import validate
+from playground.context import AppContext
+from playground.figures import attention as figures
+from playground.sessions import Session
+
+EXAMPLES = [
+    "First Citizen:\nBefore we proceed any further, hear me speak.",
+    "qwhzbkad|qwhzbkad",  # the copy task: the second half needs an induction head
+    "abcdefgh>hgfedcba",
+    "38152706=01235678",
+    "111101111011110",
+]
+PROBE_HALF_MAX = 40  # tokens in each half of the induction probe
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The last analysed text of a session."""
+
+    ids: list[int]
+    labels: list[str]  # readable token labels
+    maps: torch.Tensor  # (L, H, T, T) float16: half the memory a session keeps; ~4 significant digits
+    summaries: list[HeadSummary]
+
+    def weights(self) -> torch.Tensor:
+        return self.maps.float()
+
+
+class AttentionHandlers:
+    """The tab's event handlers as plain methods (tests call them with a session id as request)."""
+
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+
+    def analyse(self, text: str, request: gr.Request):
+        """Run the model on `text`: status, grid, summary figure and table, pickers, large view, head view."""
+        settings = self.ctx.settings
+        text = validate.text(text, "Text", settings.max_prompt_chars, cap=settings.cap_hint("max_prompt_chars"))
+        with self.ctx.registry.job(request, "attention") as session:
+            model, tokenizer = _trained(session)
+            with validate.user_errors():
+                ids = tokenizer.encode(text)
+            self._check_length(len(ids), model.config.block_size)
+            with validate.user_errors():
+                maps = attention_maps(model, ids)  # (L, H, T, T)
+                analysis = Analysis(ids, token_labels(tokenizer, ids), maps.half(), summarize_heads(maps, ids))
+            session.attention = analysis
+        return self._render(analysis)
+
+    def _check_length(self, n_tokens: int, block_size: int) -> None:
+        settings = self.ctx.settings
+        if n_tokens < 2:
+            raise gr.Error("The text has fewer than 2 tokens; attention needs at least 2 to choose between.")
+        if n_tokens > block_size:
+            raise gr.Error(
+                f"The text has {n_tokens} tokens; this model's context is {block_size} tokens. "
+                "Shorten the text (the model cannot attend further back than its context)."
+            )
+        if n_tokens > settings.max_attention_tokens:
+            raise gr.Error(
+                f"The text has {n_tokens} tokens; this server shows at most {settings.max_attention_tokens}. "
+                + settings.cap_hint("max_attention_tokens")
+            )
+
+    def _render(self, analysis: Analysis):
+        maps = analysis.weights()
+        n_layer, n_head, n_tokens, _ = maps.shape
+        query = n_tokens - 1  # the last token: the one whose next token the model predicts
+        return (
+            _status(analysis),
+            figures.heatmap_grid(maps, analysis.labels),
+            figures.summary_figure(analysis.summaries),
+            figures.summary_table(analysis.summaries),
+            gr.Dropdown(choices=[(f"Layer {i}", i) for i in range(n_layer)], value=0),
+            gr.Dropdown(choices=[(f"Head {i}", i) for i in range(n_head)], value=0),
+            gr.Dropdown(choices=[(name, i) for i, name in enumerate(figures.axis_labels(
+                analysis.labels, [(t, t + 1) for t in range(n_tokens)]))], value=query),
+            figures.head_heatmap(maps[0, 0], analysis.labels, 0, 0),
+            figures.head_view(head_view(maps, query)[0], analysis.labels, query, 0),
+        )
+
+    def show_head(self, layer, head, request: gr.Request):
+        """The large view of one head of the last analysis."""
+        analysis = self._analysis(request)
+        layer, head = self._layer_head(analysis, layer, head)
+        return figures.head_heatmap(analysis.weights()[layer, head], analysis.labels, layer, head)
+
+    def show_query(self, layer, query, request: gr.Request):
+        """The head view of one query token in one layer of the last analysis."""
+        analysis = self._analysis(request)
+        layer, _ = self._layer_head(analysis, layer, 0)
+        query = validate.integer(query, "Query token", 0, len(analysis.ids) - 1)
+        weights = head_view(analysis.weights(), query)[layer]  # (H, T)
+        return figures.head_view(weights, analysis.labels, query, layer)
+
+    def select_head(self, evt: gr.SelectData, request: gr.Request):
+        """A click on a row of the summary table opens that head in the large view."""
+        analysis = self._analysis(request)
+        row = evt.row_value or [None, None]  # the clicked row's values (layer, head first), even if sorted
+        layer, head = self._layer_head(analysis, row[0], row[1])
+        return layer, head, self.show_head(layer, head, request)
+
+    def last_text(self, request: gr.Request) -> str:
+        """The session's last generated text, cut to its last tokens that fit the context."""
+        session = self.ctx.registry.get(request)
+        if not session.last_text:
+            raise gr.Error("Nothing generated yet: generate some text on the Generate tab first.")
+        model, tokenizer = _trained(session)
+        limit = min(model.config.block_size, self.ctx.settings.max_attention_tokens)
+        with validate.user_errors():
+            ids = tokenizer.encode(session.last_text)
+        if len(ids) <= limit:
+            return session.last_text
+        gr.Info(f"Kept the last {limit} of {len(ids)} tokens: the most the model (or this server) can look at.")
+        return tokenizer.decode(ids[-limit:])
+
+    def probe(self, request: gr.Request) -> str:
+        """A fresh repeated random-token text, the standard test for induction heads."""
+        session = self.ctx.registry.get(request)
+        model, tokenizer = _trained(session)
+        limit = min(model.config.block_size, self.ctx.settings.max_attention_tokens)
+        # a random length too: a head that looks back a fixed distance matches only one of them
+        longest = max(3, min(limit // 2, PROBE_HALF_MAX))  # 3: the shortest half where induction shows
+        half = int(torch.randint(max(3, longest // 2), longest + 1, (1,), generator=session.generator))
+        seed = int(torch.randint(2**31, (1,), generator=session.generator))
+        ids = induction_probe(model.config.vocab_size, half, seed=seed)
+        return tokenizer.decode(ids)
+
+    def model_changed(self, request: gr.Request) -> str:
+        session = self.ctx.registry.peek(request)
+        if session is None or session.attention is None:
+            return ""
+        return "The model has changed since this analysis: press **Analyse** to see its attention now."
+
+    def _analysis(self, request: gr.Request) -> Analysis:
+        analysis = self.ctx.registry.get(request).attention
+        if analysis is None:
+            raise gr.Error("Analyse a text first.")
+        return analysis
+
+    @staticmethod
+    def _layer_head(analysis: Analysis, layer, head) -> tuple[int, int]:
+        n_layer, n_head = analysis.maps.shape[:2]
+        return validate.integer(layer, "Layer", 0, n_layer - 1), validate.integer(head, "Head", 0, n_head - 1)
+
+
+def _trained(session: Session) -> tuple[GPT, Tokenizer]:
+    if session.model is None or session.tokenizer is None:
+        raise gr.Error("There is no model yet: train one on the Train tab (or upload a checkpoint) first.")
+    return session.model, session.tokenizer
+
+
+def _status(analysis: Analysis) -> str:
+    """What was analysed and which heads stand out, so a learner knows where to look first."""
+    n_layer, n_head, n_tokens, _ = analysis.maps.shape
+    lines = [f"**{n_tokens} tokens**, {n_layer} layer(s) x {n_head} head(s)."]
+    standouts = sorted((s for s in analysis.summaries if s.label not in ("mixed", "uniform")),
+                       key=lambda s: s.score, reverse=True)[:4]
+    if standouts:
+        lines.append("Heads to look at first: " + ", ".join(
+            f"L{s.layer} H{s.head} {s.label} ({s.score:.2f})" for s in standouts) + ".")
+    if analysis.summaries[0].scores["induction"] is None:
+        lines.append("Induction is not measured here: no token repeats. Try **Induction probe** "
+                     "(random tokens written twice).")
+    return "  \n".join(lines)
+
+
+def build(ctx: AppContext) -> None:
+    handlers = AttentionHandlers(ctx)
+    gr.Markdown(
+        "Type a text in the model's vocabulary (or take the last generated text) and press **Analyse**. "
+        "Each heatmap row is a token looking back (query); each column a token it can see (key). "
+        "Hover for exact weights. **Induction probe** writes fresh random tokens twice: a true induction "
+        "head lights up on any such text, while a head that only looks back a fixed distance does not."
+    )
+    with gr.Row():
+        text = gr.Textbox(label="Text to analyse", lines=3, max_lines=8, scale=4, elem_id="attention-text",
+                          placeholder="A text in the model's vocabulary (Shift+Enter analyses it)",
+                          max_length=ctx.settings.max_prompt_chars)
+        with gr.Column(scale=1, min_width=200):
+            analyse = gr.Button("Analyse", variant="primary", elem_id="attention-run")
+            last = gr.Button("Use last generated text", size="sm")
+            probe = gr.Button("Induction probe", size="sm")
+    gr.Examples(EXAMPLES, inputs=text, label="Examples (each needs a model whose vocabulary has its characters)")
+    status = gr.Markdown(elem_id="attention-status")
+    summary_plot = gr.Plot(label="What each head does", elem_id="attention-summary")
+    grid = gr.Plot(label="Every layer x head", elem_id="attention-grid")
+    with gr.Row():
+        layer = gr.Dropdown(label="Layer", choices=[("Layer 0", 0)], value=0, scale=1)
+        head = gr.Dropdown(label="Head", choices=[("Head 0", 0)], value=0, scale=1)
+        query = gr.Dropdown(label="Query token (head view)", choices=[("#0", 0)], value=0, scale=2)
+    with gr.Row():
+        large = gr.Plot(label="One head, large", elem_id="attention-large")
+        view = gr.Plot(label="Head view: where the query token looks", elem_id="attention-view")
+    with gr.Accordion("Per-head table (click a row to open that head)", open=False):
+        table = gr.Dataframe(headers=figures.SUMMARY_HEADERS, interactive=False, wrap=True,
+                             column_widths=[60, 60, 110, 60, 72, 72, 80, 72, 56, 72, 72, 380],
+                             show_search="search", elem_id="attention-table")
+
+    outputs = [status, grid, summary_plot, table, layer, head, query, large, view]
+    gr.on([analyse.click, text.submit], handlers.analyse, [text], outputs, api_name="attention",
+          **ctx.heavy("attention"))
+    last.click(handlers.last_text, None, text, api_name="attention_last_text", **ctx.cheap())
+    probe.click(handlers.probe, None, text, api_name="attention_probe", **ctx.cheap())
+    gr.on([layer.input, head.input], handlers.show_head, [layer, head], large, api_name="attention_head",
+          **ctx.cheap())
+    gr.on([layer.input, query.input], handlers.show_query, [layer, query], view, api_name="attention_query",
+          **ctx.cheap())
+    # UI-only events: a table click and the Train tab's signal carry nothing an API caller needs
+    table.select(handlers.select_head, None, [layer, head, large], api_name="attention_select",
+                 api_visibility="private", **ctx.cheap())
+    ctx.model_changed.change(handlers.model_changed, None, status, api_name="attention_model_changed",
+                             api_visibility="private", **ctx.cheap())

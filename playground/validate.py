@@ -1,0 +1,90 @@
+"""Server-side checks of every input: the browser's sliders are no guarantee (raw HTTP can send
+NaN, 1e9 or a string). Each check returns the clean value or raises gr.Error naming the field.
+
+    n_layer = validate.integer(n_layer, "Layers", 1, settings.max_layers, cap=settings.cap_hint("max_layers"))
+    lr = validate.number(lr, "Learning rate", 1e-6, 1.0)
+    prompt = validate.text(prompt, "Prompt", settings.max_prompt_chars, allow_empty=True)
+    corpus = validate.choice(corpus, "Corpus", list(CORPORA))
+
+    with validate.user_errors():     # core's ValueError/DataError/CheckpointError -> gr.Error
+        data = TokenData.from_text(text, tokenizer, block_size)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+from collections.abc import Iterable, Iterator
+
+import gradio as gr
+
+
+def number(value, name: str, low: float | None = None, high: float | None = None, *, cap: str = "") -> float:
+    """A finite real number in [low, high]; `cap` (a settings.cap_hint) is added when over `high`."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
+        raise gr.Error(f"{name} must be a number, got {_shown(value)}.")
+    try:
+        result = float(value)
+    except ValueError:
+        raise gr.Error(f"{name} must be a number, got {_shown(value)}.") from None
+    if not math.isfinite(result):
+        raise gr.Error(f"{name} must be a finite number, got {_shown(value)}.")
+    if low is not None and result < low:
+        raise gr.Error(f"{name} must be at least {low:g}, got {result:g}.")
+    if high is not None and result > high:
+        raise gr.Error(f"{name} must be at most {high:g}, got {result:g}. {cap}".rstrip())
+    return result
+
+
+def integer(value, name: str, low: int | None = None, high: int | None = None, *, cap: str = "") -> int:
+    """A whole number in [low, high] (4.0 is fine, 4.5 is not)."""
+    result = number(value, name, low, high, cap=cap)
+    if not result.is_integer():
+        raise gr.Error(f"{name} must be a whole number, got {result:g}.")
+    return int(result)
+
+
+def optional_integer(value, name: str, low: int, high: int, *, cap: str = "") -> int | None:
+    """None, an empty field or 0 mean 'off' (e.g. top-k); anything else is an integer in range."""
+    if value is None or value == "" or value == 0:
+        return None
+    return integer(value, name, low, high, cap=cap)
+
+
+def text(value, name: str, max_chars: int, *, allow_empty: bool = False, cap: str = "") -> str:
+    """A string of at most `max_chars` characters; empty (or only whitespace) unless allowed."""
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise gr.Error(f"{name} must be text, got {_shown(value)}.")
+    if not allow_empty and not value.strip():
+        raise gr.Error(f"{name} is empty.")
+    if len(value) > max_chars:
+        raise gr.Error(f"{name} has {len(value):,} characters; the limit is {max_chars:,}. {cap}".rstrip())
+    return value
+
+
+def choice(value, name: str, options: Iterable[str]) -> str:
+    """One of `options` exactly."""
+    options = list(options)
+    if value not in options:
+        raise gr.Error(f"{name} must be one of {', '.join(map(str, options))}; got {_shown(value)}.")
+    return value
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn core's user-facing errors (ValueError and its subclasses DataError, CheckpointError)
+    into gr.Error so the browser shows the message; anything else stays a hidden server error."""
+    try:
+        yield
+    except gr.Error:
+        raise
+    except ValueError as error:
+        raise gr.Error(str(error)) from error
+
+
+def _shown(value, limit: int = 40) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[:limit] + "..."

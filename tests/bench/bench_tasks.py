@@ -1,0 +1,98 @@
+"""Do the synthetic-task presets really train to crisp attention patterns, and how fast?
+
+    python tests/bench/bench_tasks.py                 # repeat, reverse, sort with their presets
+    python tests/bench/bench_tasks.py repeat --set n_embd=32 --set max_iters=400
+
+For each task: wall time, validation loss, greedy accuracy on the deterministic second half of
+each line, and the attention score of the best head for the pattern the task needs:
+
+- repeat: the induction target, the token after the earlier copy of the current token (i - 8)
+- reverse: the anti-diagonal, the mirror position in the first half (15 - i within a line)
+- sort: the attention mass on first-half positions holding the digit written next
+
+A score near 1 means one head puts (almost) all its attention where the task says it should.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from core.data import TokenData  # noqa: E402
+from core.model import GPT  # noqa: E402
+from core.presets import preset_configs, preset_corpus  # noqa: E402
+from core.train import Trainer  # noqa: E402
+
+WORD = 8  # letters per half; a line is WORD + 1 + WORD + 1 = 18 characters
+LINE = 2 * WORD + 2
+
+
+def targets(task: str, line: torch.Tensor) -> list[tuple[int, list[int]]]:
+    """(query offset, key offsets the task needs) for the queries that predict the second half."""
+    queries = range(WORD, 2 * WORD)  # the separator and the second-half letters predict the next letter
+    if task == "repeat":
+        return [(i, [i - WORD]) for i in queries]
+    if task == "reverse":
+        return [(i, [2 * WORD - 1 - i]) for i in queries]
+    # sort: where the digit written next sits in the unsorted first half
+    return [(i, [j for j in range(WORD) if line[j] == line[i + 1]]) for i in queries]
+
+
+@torch.no_grad()
+def measure(task: str, model: GPT, val: torch.Tensor, newline: int, n_lines: int = 200) -> tuple[float, float]:
+    """(greedy accuracy on second halves, best head's mean attention on the task's targets)."""
+    starts = (val == newline).nonzero().flatten()[:n_lines] + 1  # each line starts after a newline
+    windows = torch.stack([val[s: s + LINE] for s in starts.tolist() if s + LINE <= len(val)])
+    logits, _, patterns = model(windows, return_attention=True)  # patterns: per layer (B, H, T, T)
+    predicted = logits.argmax(-1)
+    correct = predicted[:, WORD: 2 * WORD] == windows[:, WORD + 1: 2 * WORD + 1]
+    best = 0.0
+    for pattern in patterns:
+        for head in range(pattern.size(1)):
+            scores = []
+            for b, line in enumerate(windows):
+                for i, keys in targets(task, line):
+                    scores.append(pattern[b, head, i, keys].sum().item())
+            best = max(best, sum(scores) / len(scores))
+    return correct.float().mean().item(), best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("tasks", nargs="*", default=["repeat", "reverse", "sort"])
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="preset override")
+    parser.add_argument("--threads", type=int)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    overrides = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        overrides[key] = ast.literal_eval(value)  # numbers and booleans from the command line
+    for task in args.tasks:
+        text, tokenizer = preset_corpus(task)
+        model_config, train_config = preset_configs(task, tokenizer.vocab_size, **overrides)
+        data = TokenData.from_text(text, tokenizer, model_config.block_size)
+        torch.manual_seed(train_config.seed)
+        model = GPT(model_config)
+        newline = tokenizer.encode("\n")[0]
+        for event in Trainer(model, data, train_config).run():
+            if event.val_loss is not None and not event.done:
+                accuracy, score = measure(task, model.eval(), data.val, newline)
+                model.train()
+                print(f"  {task} step {event.step:4d} val loss {event.val_loss:.3f} "
+                      f"second-half accuracy {accuracy:.3f} best head score {score:.3f}", flush=True)
+        accuracy, score = measure(task, model.eval(), data.val, newline)
+        print(f"{task}: {event.elapsed:.1f} s of training for {train_config.max_iters} steps "
+              f"({model.parameter_counts()['total']:,} parameters); second-half accuracy {accuracy:.3f}, "
+              f"best head score {score:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

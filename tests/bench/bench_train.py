@@ -1,0 +1,126 @@
+"""Training throughput and quality on a preset (default: nanoGPT's CPU recipe, shakespeare-char-cpu).
+
+Each measurement runs in its own process (fresh compile caches, honest peak memory), and the
+variants are interleaved A, B, A, B... so that load from other work hits them alike.
+
+    # quick A/B of speed variants, 300 steps each, 3 rounds (medians of per-step times)
+    python tests/bench/bench_train.py --variants fp32,bf16,compile,compile-bf16 --iters 300 --repeats 3
+    # the full recipe: 2000 steps, validation loss at 2000, wall time, peak memory
+    python tests/bench/bench_train.py --variants bf16 --iters 2000 --repeats 2
+
+Prints one line per run and a summary per variant: median ms/iter (evaluation steps excluded),
+tokens/s, the spread of the per-run medians, first-step time (includes compilation), wall time,
+peak RSS and the final validation loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# Tiny Shakespeare from ../shared/data as in the tests, unless the caller says otherwise.
+os.environ.setdefault("PLAYGROUND_DATA_DIR", str(REPO.parent / "shared" / "data"))
+VARIANTS = {  # name -> TrainConfig overrides
+    "fp32": dict(dtype="float32", compile=False),
+    "bf16": dict(dtype="bfloat16", compile=False),
+    "compile": dict(dtype="float32", compile=True),
+    "compile-bf16": dict(dtype="bfloat16", compile=True),
+}
+
+
+def worker(preset: str, variant: str, iters: int, threads: int | None) -> dict:
+    """One training run in this process; returns its figures."""
+    sys.path.insert(0, str(REPO))
+    import torch
+
+    from core.data import TokenData
+    from core.model import GPT
+    from core.presets import get_preset, preset_configs, preset_corpus
+    from core.train import Trainer
+
+    if threads:
+        torch.set_num_threads(threads)
+    started = time.perf_counter()
+    text, tokenizer = preset_corpus(preset)
+    model_config, train_config = preset_configs(
+        preset, tokenizer.vocab_size, max_iters=iters, lr_decay_iters=get_preset(preset).train["lr_decay_iters"],
+        **VARIANTS[variant],
+    )
+    data = TokenData.from_text(text, tokenizer, model_config.block_size)
+    torch.manual_seed(train_config.seed)
+    trainer = Trainer(GPT(model_config), data, train_config)
+    step_times, first_step, last, val_loss = [], None, time.perf_counter(), None
+    for event in trainer.run():
+        now = time.perf_counter()
+        if event.done:
+            break
+        if first_step is None:
+            first_step = now - last
+        elif event.val_loss is None:
+            step_times.append(now - last)
+        last = now
+        val_loss = event.val_loss if event.val_loss is not None else val_loss
+    median = statistics.median(step_times)
+    return {
+        "variant": variant, "iters": trainer.step, "ms_per_iter": 1000 * median,
+        "tokens_per_sec": train_config.batch_size * model_config.block_size / median,
+        "first_step_s": first_step, "wall_s": time.perf_counter() - started,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "val_loss": val_loss, "threads": torch.get_num_threads(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="shakespeare-char-cpu")
+    parser.add_argument("--variants", default="fp32,bf16", help=f"comma-separated, from {list(VARIANTS)}")
+    parser.add_argument("--iters", type=int, default=300, help="steps per run (the lr schedule stays the preset's)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per variant, interleaved")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        print(json.dumps(worker(args.preset, args.worker, args.iters, args.threads)))
+        return
+    variants = args.variants.split(",")
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; choose from {list(VARIANTS)}")
+    results: dict[str, list[dict]] = {v: [] for v in variants}
+    for round_ in range(args.repeats):
+        for variant in variants:
+            command = [sys.executable, __file__, "--worker", variant, "--preset", args.preset, "--iters", str(args.iters)]
+            if args.threads:
+                command += ["--threads", str(args.threads)]
+            done = subprocess.run(command, capture_output=True, text=True, check=True)
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            results[variant].append(result)
+            print(f"round {round_ + 1} {variant:13} {result['ms_per_iter']:6.1f} ms/iter "
+                  f"{result['tokens_per_sec']:8,.0f} tok/s  first step {result['first_step_s']:5.1f} s  "
+                  f"wall {result['wall_s']:6.1f} s  peak RSS {result['peak_rss_mb']:5.0f} MB  "
+                  f"val loss {result['val_loss']:.4f}", flush=True)
+
+    print(f"\n{args.preset}, {args.iters} steps, {args.repeats} interleaved runs per variant "
+          f"({results[variants[0]][0]['threads']} threads)")
+    baseline = statistics.median(r["ms_per_iter"] for r in results[variants[0]])
+    for variant, runs in results.items():
+        ms = [r["ms_per_iter"] for r in runs]
+        median = statistics.median(ms)
+        print(f"{variant:13} median {median:6.1f} ms/iter (runs {min(ms):.1f}-{max(ms):.1f}), "
+              f"{statistics.median(r['tokens_per_sec'] for r in runs):8,.0f} tok/s, "
+              f"{baseline / median:4.2f}x {variants[0]}, wall {statistics.median(r['wall_s'] for r in runs):6.1f} s, "
+              f"peak RSS {max(r['peak_rss_mb'] for r in runs):5.0f} MB, "
+              f"val loss {', '.join(format(r['val_loss'], '.4f') for r in runs)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,367 @@
+"""The Train and Generate tabs' handlers called as plain functions (a session id stands in for
+gr.Request), plus the app's wiring: every event has its API name and concurrency on purpose."""
+
+import zipfile
+
+import gradio as gr
+import pytest
+import torch
+
+from playground.app import build_app, launch_kwargs
+from playground.context import AppContext
+from playground.sessions import SessionRegistry
+from playground.settings import Settings
+from playground.tabs.generate import GenerateHandlers
+from playground.tabs.train import TrainHandlers
+
+SETTINGS = Settings(max_layers=3, max_heads=4, max_embd=64, max_block_size=32, max_batch_size=16,
+                    max_params=200_000, max_iters=2000, max_new_tokens=100, max_prompt_chars=200)
+# A tiny model on the copy task: about 2 ms a step.
+FORM = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_layer=1, n_head=2, n_embd=16,
+            block_size=16, dropout=0.0, steps=20, batch_size=8, learning_rate=3e-3, seed=1, warmup=2,
+            eval_interval=10, weight_decay=0.01, grad_clip=1.0, text="", upload=None)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """As the app runs (see playground.app.configure_torch); also much faster on a busy 2-core box."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def make_ctx() -> AppContext:
+    return AppContext(settings=SETTINGS, registry=SessionRegistry(10, 600), model_changed=None, tabs=None)
+
+
+@pytest.fixture
+def ctx():
+    return make_ctx()
+
+
+@pytest.fixture
+def train(ctx):
+    return TrainHandlers(ctx)
+
+
+@pytest.fixture
+def gen(ctx):
+    return GenerateHandlers(ctx)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """(ctx, train handlers, generate handlers) with session "a" trained for 20 steps, shared by the
+    tests that only read it (or check that a bad call left it as it was)."""
+    ctx = make_ctx()
+    train = TrainHandlers(ctx)
+    run_train(train)
+    return ctx, train, GenerateHandlers(ctx)
+
+
+def run_train(train, session="a", **changes):
+    """All the updates of one /train call: (status, progress, loss figure, sample, attention, model_changed)."""
+    return list(train.train(**{**FORM, **changes}, request=session))
+
+
+def weights(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def same(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+# ---------------------------------------------------------------- training
+
+
+def test_train_streams_live_updates_and_keeps_the_model(train, ctx):
+    updates = run_train(train)
+    status, progress, loss_fig, sample, attention, changed = updates[-1]
+    assert len(updates) >= 2
+    assert status.startswith("Done: 20 steps")
+    assert "step 20 / 20" in progress and "tokens/s" in progress
+    train_line, val_line = loss_fig.data
+    assert list(train_line.x) == list(range(1, 21)) and list(val_line.x) == [10, 20]
+    assert isinstance(sample, str) and len(sample) > 0
+    assert len(attention.data) == 1 * 2  # one heatmap per layer x head
+    assert "1 layers × 2 heads" in changed and "20 steps" in changed
+    session = ctx.registry.get("a")
+    assert session.model is not None and session.trainer.step == 20 and len(session.history) == 20
+
+
+def test_train_again_continues_and_refuses_a_finished_target(train, ctx):
+    run_train(train)
+    model = ctx.registry.get("a").model
+    with pytest.raises(gr.Error, match="already trained 20 of 20 steps"):
+        run_train(train)
+    updates = run_train(train, steps=30)
+    assert updates[0][0] == "Continuing from step 20."
+    session = ctx.registry.get("a")
+    assert session.model is model and session.trainer.step == 30
+    assert [row["step"] for row in session.history] == list(range(1, 31))
+
+
+def test_changed_settings_ask_for_reset_and_keep_the_model(train, ctx):
+    run_train(train)
+    before = weights(ctx.registry.get("a").model)
+    for change, shown in [(dict(n_layer=2), "n_layer 1 → 2"), (dict(stage="bigram"), "stage gpt → bigram"),
+                          (dict(corpus="sort"), "vocabulary"), (dict(tokenizer="gpt2", n_embd=8), "tokenizer char → gpt2")]:
+        with pytest.raises(gr.Error, match="Press Reset") as error:
+            run_train(train, steps=40, **change)
+        assert shown in str(error.value)
+    session = ctx.registry.get("a")
+    assert same(before, weights(session.model)) and session.trainer.step == 20
+
+
+def test_reset_forgets_the_model_and_a_new_one_trains(train, ctx):
+    run_train(train)
+    outputs = train.reset("a")
+    assert outputs[0].startswith("Model discarded") and outputs[-1] == ""
+    session = ctx.registry.get("a")
+    assert session.model is None and session.history == []
+    run_train(train, n_layer=2, steps=5)
+    assert ctx.registry.get("a").model.config.n_layer == 2
+
+
+def test_stop_keeps_the_weights_and_train_continues(train, ctx):
+    stream = train.train(**{**FORM, "steps": 2000}, request="a")
+    next(stream)  # "Training a new model."
+    next(stream)  # the first step's update
+    assert "already running training" in _error(lambda: run_train(train))  # a second Train click
+    assert train.stop("a").startswith("Stopping")
+    status = list(stream)[-1][0]
+    session = ctx.registry.get("a")
+    stopped_at = session.trainer.step
+    assert status.startswith(f"Stopped at step {stopped_at}") and stopped_at < 2000
+    assert train.stop("a") == "Nothing is training."
+    run_train(train, steps=stopped_at + 3)
+    assert session.trainer.step == stopped_at + 3
+
+
+def test_stop_before_the_trainer_starts_is_not_lost(train, ctx):
+    stream = train.train(**{**FORM, "corpus": "shakespeare", "preset": "shakespeare-char-cpu", "steps": 2000}, request="a")
+    assert next(stream)[0].startswith("Loading Tiny Shakespeare")
+    train.stop("a")  # while the data loads
+    assert list(stream)[-1][0].startswith("Stopped at step")
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(learning_rate=float("nan")), "Learning rate must be a finite number"),
+    (dict(n_layer=4), "Layers must be at most 3.*--no-caps"),
+    (dict(n_head=2.5), "Heads must be a whole number"),
+    (dict(batch_size=0), "Batch size must be at least 1"),
+    (dict(batch_size="lots"), "Batch size must be a number"),
+    (dict(corpus="wikipedia"), "Corpus must be one of"),
+    (dict(n_embd=18, n_head=4), "n_embd \\(18\\) must be divisible by n_head \\(4\\)"),
+    (dict(corpus="paste", text="   "), "Your text is empty"),
+    (dict(corpus="paste", text="abc" * 5), "must be longer than 16"),
+    (dict(corpus="upload"), "Upload a .txt file first"),
+])
+def test_bad_training_input_is_a_clear_error_and_the_model_stays(trained, change, message):
+    ctx, train, _ = trained
+    session = ctx.registry.get("a")
+    model, before = session.model, weights(session.model)
+    with pytest.raises(gr.Error, match=message):
+        run_train(train, steps=40, **change)
+    assert session.model is model and same(before, weights(model)) and session.trainer.step == 20
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(tokenizer="gpt2", n_embd=8), "855,385 parameters; the limit is 200,000.*PLAYGROUND_MAX_PARAMS"),
+    (dict(corpus="paste", text="abcdefgh|abcdefgh\n" * 3), "too short for a context of 16 tokens"),
+])
+def test_new_models_that_cannot_train_are_refused(trained, change, message):
+    ctx, train, _ = trained
+    with pytest.raises(gr.Error, match=message):
+        run_train(train, "fresh", **change)
+    assert ctx.registry.get("fresh").model is None
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\x00\x01\x02binary" * 100, "binary file"),
+    ("café au lait ".encode("latin-1") * 100, "not UTF-8"),
+])
+def test_bad_uploads_are_refused(train, tmp_path, content, message):
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(content)
+    with pytest.raises(gr.Error, match=message):
+        run_train(train, corpus="upload", upload=str(path))
+
+
+def test_uploaded_and_pasted_text_train(train, ctx, tmp_path):
+    text = "the cat sat on the mat. " * 200
+    path = tmp_path / "corpus.txt"
+    path.write_text(text, encoding="utf-8")
+    run_train(train, "up", corpus="upload", upload=str(path), steps=5)
+    run_train(train, "paste", corpus="paste", text=text, steps=5)
+    for session_id in ("up", "paste"):
+        assert ctx.registry.get(session_id).tokenizer.vocab_size == len(set(text))
+
+
+def test_preview_counts_parameters_and_says_whether_train_continues(trained):
+    _, train, _ = trained
+    preview = train.preview(*FORM.values(), request="new")
+    assert "parameters" in preview and "vocabulary 28 tokens" in preview and "continues" not in preview
+    assert "continues your model from step 20" in train.preview(*FORM.values(), request="a")
+    assert "press **Reset**" in train.preview(*{**FORM, "n_layer": 2}.values(), request="a")
+    assert "⚠️" in train.preview(*{**FORM, "n_layer": 99}.values(), request="a")
+
+
+def test_presets_fill_the_form_within_the_caps(train):
+    info, corpus, tokenizer, stage, n_layer, n_head, n_embd, block, *_ = train.apply_preset("shakespeare-char")
+    assert (corpus, tokenizer, stage) == ("shakespeare", "char", "gpt")
+    assert (n_layer, n_embd, block) == (3, 64, 32)
+    assert "Reduced to this server's caps" in info and "n_embd 384 → 64" in info
+    with pytest.raises(gr.Error):
+        train.apply_preset("gpt-5")
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def test_checkpoint_round_trip_into_another_session(trained):
+    ctx, train, gen = trained
+    path = train.save_checkpoint("a")
+    assert path.endswith(".zip") and zipfile.is_zipfile(path)
+    status, loss_fig, tokenizer, stage, n_layer, n_head, n_embd, block, dropout, changed = train.load_checkpoint(path, "b")
+    assert status.startswith("Loaded a 1-layer model") and "step 20" in status
+    assert (tokenizer, stage, n_layer, n_head, n_embd, block) == ("char", "gpt", 1, 2, 16, 16)
+    assert len(loss_fig.data[0].x) == 20 and "20 steps" in changed
+    a, b = ctx.registry.get("a"), ctx.registry.get("b")
+    assert same(weights(a.model), weights(b.model)) and a.model is not b.model
+    texts = [list(gen.generate("abc", 20, 0.8, 0, 1.0, 7, request=s))[-1][1] for s in ("a", "b")]
+    assert texts[0] == texts[1]
+    run_train(train, "b", steps=25)  # the loaded model trains on from its step
+    assert ctx.registry.get("b").trainer.step == 25
+
+
+def test_bad_checkpoints_are_refused_and_the_model_stays(trained, tmp_path):
+    ctx, train, _ = trained
+    model = ctx.registry.get("a").model
+    junk = tmp_path / "junk.zip"
+    junk.write_bytes(b"not a zip at all")
+    with pytest.raises(gr.Error, match="not a checkpoint folder or a valid .zip"):
+        train.load_checkpoint(str(junk), "a")
+    with pytest.raises(gr.Error, match="Choose a checkpoint"):
+        train.load_checkpoint(None, "a")
+    assert ctx.registry.get("a").model is model
+    with pytest.raises(gr.Error, match="no model to save"):
+        train.save_checkpoint("empty")
+
+
+def test_checkpoints_over_the_caps_are_refused(ctx, tmp_path):
+    from core.checkpoint import save_archive
+    from core.config import GPTConfig
+    from core.model import GPT
+    from core.tokenizers import CharTokenizer
+
+    path = save_archive(tmp_path / "big.zip", GPT(GPTConfig(vocab_size=2, n_layer=4, n_head=1, n_embd=8, block_size=4)),
+                        CharTokenizer("01"))
+    with pytest.raises(gr.Error, match="layers must be at most 3.*--no-caps"):
+        TrainHandlers(ctx).load_checkpoint(str(path), "a")
+    assert ctx.registry.get("a").model is None
+
+
+# ---------------------------------------------------------------- generation
+
+
+def test_generate_streams_tokens_with_probabilities(trained):
+    ctx, _, gen = trained
+    updates = list(gen.generate("abc", 30, 0.8, 5, 0.9, 3, request="a"))
+    tokens, text, status = updates[-1]
+    assert tokens[0] == ("abc", None) and len(tokens) == 31
+    assert all(0 < p <= 1 for _, p in tokens[1:])
+    assert text == "abc" + "".join(t for t, _ in tokens[1:]) and status.startswith("30 tokens")
+    session = ctx.registry.get("a")
+    assert session.last_text == text and len(session.last_steps) == 30
+    fig, info = gen.inspect_token(3, "a")
+    assert "Token 3" in info and len(fig.data[0].x) >= 5
+    with pytest.raises(gr.Error, match="Token number must be at most 30"):
+        gen.inspect_token(31, "a")
+
+
+def test_generate_seed_repeats_and_sessions_draw_independently(trained):
+    ctx, train, gen = trained
+    run_train(train, "other")
+    seeded = [list(gen.generate("ab", 25, 1.0, 0, 1.0, 11, request="a"))[-1][1] for _ in range(2)]
+    assert seeded[0] == seeded[1]
+    # Unseeded draws come from the session's own generator: b's activity does not change a's text.
+    texts = []
+    for others in (0, 3):
+        ctx.registry.get("a").generator.manual_seed(5)
+        for _ in range(others):
+            list(gen.generate("ab", 25, 1.0, 0, 1.0, None, request="other"))
+        texts.append(list(gen.generate("ab", 25, 1.0, 0, 1.0, -1, request="a"))[-1][1])
+    assert texts[0] == texts[1]
+
+
+def test_empty_prompt_starts_from_a_newline(trained):
+    _, _, gen = trained
+    tokens, text, _ = list(gen.generate("", 10, 0.0, 0, 1.0, None, request="a"))[-1]
+    assert tokens[0] == ("", None) and len(tokens) == 11
+
+
+@pytest.mark.parametrize("args, message", [
+    (("abc", 10, float("inf"), 0, 1.0, None), "Temperature must be a finite number"),
+    (("abc", 101, 1.0, 0, 1.0, None), "Max new tokens must be at most 100.*--no-caps"),
+    (("abc", 10, 1.0, -3, 1.0, None), "Top-k must be at least 1"),
+    (("abc", 10, 1.0, 0, 0.0, None), "Top-p must be at least 0.01"),
+    (("abc", 10, 1.0, 0, 1.0, 1.5), "Seed must be a whole number"),
+    (("ABC", 10, 1.0, 0, 1.0, None), "not in this model's vocabulary"),
+    (("abcdefghijklmnopq", 10, 1.0, 0, 1.0, None), "17 tokens long; this model's context is 16"),
+    (("a" * 201, 10, 1.0, 0, 1.0, None), "Prompt has 201 characters; the limit is 200"),
+])
+def test_bad_generation_input_is_a_clear_error(trained, args, message):
+    ctx, _, gen = trained
+    with pytest.raises(gr.Error, match=message):
+        list(gen.generate(*args, request="a"))
+    assert not ctx.registry.get("a").busy
+
+
+def test_generate_without_a_model_says_what_to_do(trained):
+    _, _, gen = trained
+    with pytest.raises(gr.Error, match="no model yet: train one"):
+        list(gen.generate("abc", 10, 1.0, 0, 1.0, None, request="nobody"))  # a's model is not theirs
+
+
+# ---------------------------------------------------------------- the app
+
+
+def test_every_event_has_an_api_name_and_a_concurrency_on_purpose():
+    settings = Settings(train_concurrency=2, generate_concurrency=3)
+    demo = build_app(settings)
+    events = {fn.api_name: fn for fn in demo.fns.values() if fn.api_name}
+    for name in ("train", "stop", "reset", "preset", "save_checkpoint", "load_checkpoint",
+                 "generate", "inspect_token", "attention", "baby_gpt_train"):
+        assert name in events, name
+    assert (events["train"].concurrency_id, events["train"].concurrency_limit) == ("train", 2)
+    assert (events["generate"].concurrency_id, events["generate"].concurrency_limit) == ("generate", 3)
+    assert (events["stop"].concurrency_id, events["stop"].concurrency_limit) == ("cheap", None)
+    assert demo._queue.max_size == settings.max_queue_size
+    assert hasattr(demo, "registry")
+
+
+def test_launch_defaults_are_secure():
+    kwargs = launch_kwargs(Settings(max_upload_bytes=1234))
+    assert kwargs["server_name"] == "127.0.0.1" and kwargs["share"] is False
+    assert kwargs["enable_monitoring"] is False and kwargs["allowed_paths"] == []
+    assert kwargs["show_error"] is False and kwargs["max_file_size"] == 1234
+
+
+def _error(fn) -> str:
+    try:
+        fn()
+    except gr.Error as error:
+        return str(error)
+    return ""
+
+
+def test_command_line_defaults_are_local_and_no_share():
+    from playground.__main__ import parse_args
+
+    args = parse_args([])
+    assert (args.host, args.port, args.share, args.no_caps) == ("127.0.0.1", None, False, False)
+    args = parse_args(["--host", "0.0.0.0", "--port", "8000", "--no-caps"])
+    assert (args.host, args.port, args.no_caps) == ("0.0.0.0", 8000, True)

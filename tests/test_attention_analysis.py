@@ -1,0 +1,237 @@
+"""core.attention: maps from a real model, per-head labels on hand-made patterns, pooling."""
+
+import math
+
+import pytest
+import torch
+
+from core.attention import (
+    attention_maps, entropy_bits, head_view, induction_probe, pattern_targets, pool_attention, pool_keys,
+    summarize_heads, token_spans,
+)
+from core.config import GPTConfig, stage_config
+from core.model import GPT, capture_attention
+
+
+def small_model(**fields) -> GPT:
+    return GPT(GPTConfig(**{**dict(vocab_size=11, block_size=16, n_layer=2, n_head=3, n_embd=24), **fields}))
+
+
+# ---------------------------------------------------------------- hand-made heads (T, T)
+
+
+def causal_uniform(n: int) -> torch.Tensor:
+    rows = torch.ones(n, n).tril()
+    return rows / rows.sum(-1, keepdim=True)
+
+
+def one_hot_rows(n: int, key_of) -> torch.Tensor:
+    """Row q puts all its weight on key_of(q) (row 0 can only look at itself)."""
+    weights = torch.zeros(n, n)
+    weights[0, 0] = 1
+    for q in range(1, n):
+        weights[q, key_of(q)] = 1
+    return weights
+
+
+REPEATED = [3, 1, 4, 5, 9, 2, 3, 1, 4, 5, 9, 2]  # period 6, no token repeats within a period
+# repeats at different distances: only a head that reads content can follow every one of them
+SHUFFLED_REPEATS = [0, 1, 2, 3, 4, 5, 6, 2, 3, 4, 0, 1, 5, 6]
+
+
+def induction_head(ids: list[int]) -> torch.Tensor:
+    """Rows with an induction target spread over those targets; the other rows are uniform."""
+    weights = causal_uniform(len(ids))
+    targets = pattern_targets(ids)["induction"]
+    rows = targets.any(-1)
+    weights[rows] = targets[rows] / targets[rows].sum(-1, keepdim=True)
+    return weights
+
+
+def stacked(*heads: torch.Tensor) -> torch.Tensor:
+    return torch.stack(heads)[None]  # (1, H, T, T)
+
+
+# ---------------------------------------------------------------- maps from the model
+
+
+def test_attention_maps_shape_rows_and_causality():
+    model = small_model()
+    ids = [1, 2, 3, 4, 5, 6, 7]
+    maps = attention_maps(model, ids)
+    assert maps.shape == (2, 3, 7, 7)
+    assert torch.allclose(maps.sum(-1), torch.ones(2, 3, 7), atol=1e-5)
+    assert torch.all(maps.triu(diagonal=1) == 0)  # no query sees a later key
+
+
+def test_attention_maps_agree_with_capture_attention_and_restore_training_mode():
+    model = small_model(dropout=0.5)
+    model.train()
+    ids = [4, 2, 8, 1, 0, 3]
+    maps = attention_maps(model, ids)
+    assert model.training  # mode restored
+    model.eval()
+    with capture_attention(model) as patterns, torch.no_grad():
+        model(torch.tensor([ids]))
+    assert torch.allclose(maps, torch.cat(list(patterns.values())), atol=1e-6)  # eval: no dropout
+
+
+def test_attention_maps_rejects_bad_input_with_clear_messages():
+    model = small_model()
+    with pytest.raises(ValueError, match="no tokens"):
+        attention_maps(model, [])
+    with pytest.raises(ValueError, match="17 tokens.*context is 16"):
+        attention_maps(model, [1] * 17)
+    bigram = GPT(stage_config("bigram", vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=8))
+    with pytest.raises(ValueError, match="no attention"):
+        attention_maps(bigram, [1, 2])
+
+
+def test_head_view_is_one_query_row_and_checks_its_index():
+    maps = torch.rand(2, 3, 5, 5)
+    assert torch.equal(head_view(maps, 3), maps[:, :, 3, :])
+    with pytest.raises(ValueError, match="positions 0 to 4"):
+        head_view(maps, 5)
+
+
+# ---------------------------------------------------------------- summaries
+
+
+def test_each_textbook_head_gets_its_label():
+    ids = SHUFFLED_REPEATS
+    n = len(ids)
+    heads = [
+        one_hot_rows(n, lambda q: q - 1),
+        one_hot_rows(n, lambda q: 0),
+        torch.eye(n),
+        one_hot_rows(n, lambda q: max(q - 3, 0)),
+        induction_head(ids),
+        causal_uniform(n),
+    ]
+    summaries = summarize_heads(stacked(*heads), ids)
+    assert [s.label for s in summaries] == [
+        "previous-token", "first-token", "self", "fixed-offset", "induction", "uniform",
+    ]
+    assert [(s.layer, s.head) for s in summaries] == [(0, h) for h in range(6)]
+    assert summaries[0].score == pytest.approx(1.0)
+    assert summaries[0].scores["first-token"] == pytest.approx(0.0, abs=0.05)
+    assert summaries[3].offset == 3 and summaries[3].scores["fixed-offset"] == pytest.approx(1.0)
+    assert summaries[4].scores["induction"] == pytest.approx(1.0)
+    assert summaries[4].scores["fixed-offset"] < 0.5  # its look-back distance changes from row to row
+    assert "Previous-token head: 100%" in summaries[0].explanation
+    assert "3 positions back" in summaries[3].explanation
+    assert "Induction head" in summaries[4].explanation and "fixed offset" not in summaries[4].explanation
+
+
+def test_on_a_periodic_text_induction_and_fixed_offset_are_flagged_as_alike():
+    # the token after the earlier occurrence is always 5 back: both readings fit
+    summary = summarize_heads(stacked(induction_head(REPEATED)), REPEATED)[0]
+    assert summary.label == "induction" and summary.offset == 5
+    assert summary.scores["fixed-offset"] > 0.5
+    assert "Induction probes of other lengths" in summary.explanation
+
+
+def test_a_positional_head_is_not_called_induction_just_because_the_text_repeats():
+    # looks 6 back on every row: where a token repeats, that is its earlier occurrence itself,
+    # not the token after it, so induction scores low even though the text repeats
+    ids = [7, 8] + REPEATED
+    summary = summarize_heads(stacked(one_hot_rows(len(ids), lambda q: max(q - 6, 0))), ids)[0]
+    assert summary.label == "fixed-offset" and summary.offset == 6
+    assert summary.scores["fixed-offset"] > summary.scores["induction"] + 0.05
+
+
+def test_uniform_attention_scores_zero_on_every_pattern():
+    """Chance correction: spreading evenly is not following a pattern."""
+    summary = summarize_heads(stacked(causal_uniform(12)), REPEATED)[0]
+    assert all(score == pytest.approx(0.0, abs=1e-5) for score in summary.scores.values())
+    assert summary.normalized_entropy == pytest.approx(1.0)
+
+
+def test_entropy_in_bits_and_normalised():
+    n = 8
+    entropy, normalized = entropy_bits(stacked(causal_uniform(n), torch.eye(n)))
+    expected = sum(math.log2(q + 1) for q in range(n)) / n
+    assert entropy[0, 0] == pytest.approx(expected, rel=1e-5)
+    assert normalized[0, 0] == pytest.approx(1.0)
+    assert entropy[0, 1] == pytest.approx(0.0) and normalized[0, 1] == pytest.approx(0.0)
+
+
+def test_a_head_with_no_clear_pattern_is_mixed():
+    # half on the previous token, half on the token two back: no pattern dominates, not uniform
+    n = 12
+    weights = (one_hot_rows(n, lambda q: q - 1) + one_hot_rows(n, lambda q: max(q - 2, 0))) / 2
+    summary = summarize_heads(stacked(weights), list(range(n)))[0]
+    assert summary.label == "mixed"
+    assert "closest: previous-token" in summary.explanation
+
+
+def test_induction_is_not_measured_without_repeats():
+    ids = list(range(10))
+    assert not pattern_targets(ids)["induction"].any()
+    # nearly uniform with a faint look two back: fixed-offset is the closest pattern, induction absent
+    weights = 0.97 * causal_uniform(10) + 0.03 * one_hot_rows(10, lambda q: max(q - 2, 0))
+    summary = summarize_heads(stacked(weights), ids)[0]
+    assert summary.scores["induction"] is None
+    assert summary.label == "uniform"
+
+
+def test_induction_targets_skip_ambiguous_keys():
+    # "a b a": at the second a the token after the first a is also the previous token: left out
+    assert not pattern_targets([0, 1, 0])["induction"].any()
+    targets = pattern_targets([0, 1, 2, 0])["induction"]
+    assert targets[3].tolist() == [False, True, False, False]
+
+
+def test_fixed_offset_needs_four_tokens():
+    summary = summarize_heads(stacked(causal_uniform(3)), [1, 2, 3])[0]
+    assert summary.scores["fixed-offset"] is None and summary.offset is None
+    assert summary.label == "uniform"
+
+
+def test_summaries_reject_mismatched_or_too_short_input():
+    with pytest.raises(ValueError, match="3 tokens but 4"):
+        summarize_heads(torch.rand(1, 1, 3, 3), [1, 2, 3, 4])
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        summarize_heads(torch.ones(1, 1, 1, 1), [1])
+
+
+def test_induction_probe_repeats_random_tokens_and_is_seeded():
+    probe = induction_probe(50, 20, seed=3)
+    assert len(probe) == 40 and probe[:20] == probe[20:]
+    assert all(0 <= token < 50 for token in probe)
+    assert probe == induction_probe(50, 20, seed=3) != induction_probe(50, 20, seed=4)
+    with pytest.raises(ValueError):
+        induction_probe(50, 0)
+
+
+# ---------------------------------------------------------------- pooling for display
+
+
+def test_token_spans_cover_every_token_once():
+    spans = token_spans(10, 4)
+    assert spans == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    assert token_spans(5, 8) == [(i, i + 1) for i in range(5)]
+
+
+def test_pool_keys_sums_groups():
+    weights = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.0]])
+    pooled, spans = pool_keys(weights, 3)
+    assert spans == [(0, 2), (2, 4), (4, 5)]
+    assert torch.allclose(pooled, torch.tensor([[0.3, 0.7, 0.0]]))
+
+
+def test_pool_attention_keeps_rows_distributions_and_averages_query_groups():
+    maps = torch.softmax(torch.randn(2, 3, 10, 10), -1) * torch.ones(10, 10).tril()
+    maps = maps / maps.sum(-1, keepdim=True)
+    pooled, spans = pool_attention(maps, 4)  # groups of 3: (0,3) (3,6) (6,9) (9,10)
+    assert pooled.shape == (2, 3, 4, 4)
+    assert torch.allclose(pooled.sum(-1), torch.ones(2, 3, 4), atol=1e-5)
+    expected = maps[1, 2, 3:6, 6:9].sum(-1).mean()  # query group 1 -> key group 2
+    assert pooled[1, 2, 1, 2] == pytest.approx(float(expected), rel=1e-5)
+    assert pooled[1, 2, 3, 3] == pytest.approx(float(maps[1, 2, 9, 9]), rel=1e-5)  # the short last group
+
+
+def test_pooling_is_a_no_op_when_the_map_already_fits():
+    maps = torch.rand(1, 1, 6, 6)
+    pooled, spans = pool_attention(maps, 6)
+    assert torch.equal(pooled, maps) and len(spans) == 6

@@ -1,0 +1,276 @@
+"""The Attention tab's handlers as plain functions, and the size of every figure it sends."""
+
+import json
+
+import gradio as gr
+import pytest
+import torch
+
+from core.attention import attention_maps, head_view, summarize_heads
+from core.config import GPTConfig, stage_config
+from core.model import GPT
+from core.tokenizers import CharTokenizer, GPT2Tokenizer
+from playground.context import AppContext
+from playground.figures import attention as figures
+from playground.sessions import SessionRegistry
+from playground.settings import Settings
+from playground.tabs import attention as tab
+
+VOCAB = "\n abcdefghijklmnopqrstuvwxyz|"
+PAYLOAD_LIMIT = 2_000_000
+
+
+@pytest.fixture
+def ctx():
+    settings = Settings(max_attention_tokens=20)
+    with gr.Blocks():
+        return AppContext(settings=settings, registry=SessionRegistry(10, 3600.0),
+                          model_changed=gr.Textbox(), tabs=gr.Tabs())
+
+
+@pytest.fixture
+def handlers(ctx):
+    return tab.AttentionHandlers(ctx)
+
+
+def give_model(ctx, session_id="alice", **fields):
+    session = ctx.registry.get(session_id)
+    config = dict(vocab_size=len(VOCAB), block_size=16, n_layer=2, n_head=3, n_embd=24)
+    session.model = GPT(GPTConfig(**{**config, **fields}))
+    session.tokenizer = CharTokenizer(VOCAB)
+    return session
+
+
+def figure_json(fig) -> dict:
+    return json.loads(fig.to_json())
+
+
+# ---------------------------------------------------------------- analyse
+
+
+def test_analyse_fills_every_output_and_keeps_the_analysis(ctx, handlers):
+    session = give_model(ctx)
+    status, grid, summary, table, layer, head, query, large, view = handlers.analyse("abcab|abcab", "alice")
+    assert "**11 tokens**, 2 layer(s) x 3 head(s)" in status
+    assert len(figure_json(grid)["data"]) == 6  # every layer x head
+    assert len(table) == 6 and len(table[0]) == len(figures.SUMMARY_HEADERS)
+    assert [choice[1] for choice in layer.choices] == [0, 1]
+    assert [choice[1] for choice in head.choices] == [0, 1, 2]
+    assert query.value == 10 and query.choices[10][0] == "#10 b"  # the last token, labelled
+    assert session.attention.maps.shape == (2, 3, 11, 11)
+    assert session.attention.ids == CharTokenizer(VOCAB).encode("abcab|abcab")
+    assert session.job_name is None  # the job lock was released
+
+
+def test_analyse_hints_at_the_induction_probe_when_nothing_repeats(ctx, handlers):
+    give_model(ctx)
+    status = handlers.analyse("abcdefg", "alice")[0]
+    assert "Induction probe" in status
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "Text is empty"),
+    ("   ", "Text is empty"),
+    ("ABC", "not in this model's vocabulary"),
+    ("a", "fewer than 2 tokens"),
+    ("abcdefghijklmnopq", "17 tokens; this model's context is 16"),
+])
+def test_analyse_rejects_bad_text_and_keeps_the_model(ctx, handlers, text, message):
+    session = give_model(ctx)
+    model = session.model
+    with pytest.raises(gr.Error, match=message):
+        handlers.analyse(text, "alice")
+    assert session.model is model and session.attention is None and session.job_name is None
+
+
+def test_analyse_enforces_the_server_cap_with_a_hint(ctx, handlers):
+    give_model(ctx, block_size=32)  # the context allows it, this server (20 tokens) does not
+    with pytest.raises(gr.Error, match="at most 20.*PLAYGROUND_MAX_ATTENTION_TOKENS"):
+        handlers.analyse("a" * 25, "alice")
+
+
+def test_analyse_without_a_model_or_without_attention(ctx, handlers):
+    with pytest.raises(gr.Error, match="no model yet"):
+        handlers.analyse("abc", "bob")
+    session = ctx.registry.get("carol")
+    session.model = GPT(stage_config("bigram", vocab_size=len(VOCAB), block_size=16, n_embd=8))
+    session.tokenizer = CharTokenizer(VOCAB)
+    with pytest.raises(gr.Error, match="no attention layers"):
+        handlers.analyse("abc", "carol")
+
+
+def test_analyse_refuses_while_the_session_trains(ctx, handlers):
+    give_model(ctx)
+    with ctx.registry.job("alice", "training"):
+        with pytest.raises(gr.Error, match="already running training"):
+            handlers.analyse("abc", "alice")
+
+
+def test_sessions_do_not_see_each_others_analysis(ctx, handlers):
+    give_model(ctx, "alice")
+    give_model(ctx, "bob")
+    handlers.analyse("abcabc", "alice")
+    assert ctx.registry.get("bob").attention is None
+    with pytest.raises(gr.Error, match="Analyse a text first"):
+        handlers.show_head(0, 0, "bob")
+
+
+# ---------------------------------------------------------------- pickers
+
+
+def test_pickers_redraw_from_the_kept_analysis(ctx, handlers):
+    session = give_model(ctx)
+    handlers.analyse("abcab|abcab", "alice")
+    expected = attention_maps(session.model, session.attention.ids)
+    large = figure_json(handlers.show_head(1, 2, "alice"))
+    assert "Layer 1, head 2" in large["layout"]["title"]["text"]
+    assert large["data"][0]["z"] is not None
+    view = handlers.show_query(1, 4, "alice")
+    hover = [t for t in view.data if t.customdata is not None][0].customdata
+    shown = float(hover[2].split("<br>")[0].removeprefix("head 0: "))  # key 2, head 0 first
+    assert shown == pytest.approx(float(expected[1, 0, 4, 2]), abs=2e-4)  # float16 keeps ~4 digits
+
+
+@pytest.mark.parametrize("layer, head, message", [
+    (2, 0, "Layer must be at most 1"),
+    (0, 3, "Head must be at most 2"),
+    (float("nan"), 0, "Layer must be a finite number"),
+    (0.5, 0, "Layer must be a whole number"),
+])
+def test_pickers_check_numbers_sent_through_the_api(ctx, handlers, layer, head, message):
+    give_model(ctx)
+    handlers.analyse("abcabc", "alice")
+    with pytest.raises(gr.Error, match=message):
+        handlers.show_head(layer, head, "alice")
+
+
+def test_query_picker_checks_the_position(ctx, handlers):
+    give_model(ctx)
+    handlers.analyse("abcabc", "alice")
+    with pytest.raises(gr.Error, match="Query token must be at most 5"):
+        handlers.show_query(0, 6, "alice")
+
+
+def test_table_click_opens_that_head(ctx, handlers):
+    give_model(ctx)
+    handlers.analyse("abcabc", "alice")
+    event = gr.SelectData(None, {"index": [4, 2], "value": "self", "row_value": [1, 1, "self"]})
+    layer, head, large = handlers.select_head(event, "alice")
+    assert (layer, head) == (1, 1)
+    assert "Layer 1, head 1" in figure_json(large)["layout"]["title"]["text"]
+
+
+# ---------------------------------------------------------------- text sources
+
+
+def test_last_generated_text_is_offered_and_cut_to_the_context(ctx, handlers):
+    session = give_model(ctx)
+    with pytest.raises(gr.Error, match="Nothing generated yet"):
+        handlers.last_text("alice")
+    session.last_text = "hello world"
+    assert handlers.last_text("alice") == "hello world"
+    session.last_text = "abcdefghijklmnopqrstuvwxyz"  # 26 tokens; context 16
+    assert handlers.last_text("alice") == "klmnopqrstuvwxyz"
+
+
+def test_last_text_of_a_bpe_model_fits_the_context(ctx, handlers):
+    session = give_model(ctx, vocab_size=GPT2Tokenizer().vocab_size)
+    session.tokenizer = GPT2Tokenizer()
+    session.last_text = "smile 🙂🙃 " * 12  # emoji are several byte-level tokens each; the cut splits one
+    text = handlers.last_text("alice")
+    assert 0 < len(session.tokenizer.encode(text)) <= 16
+    assert text.endswith("🙃 ")
+    handlers.analyse(text, "alice")  # and it analyses without a context error
+
+
+def test_induction_probe_repeats_itself_fits_and_varies_its_length(ctx, handlers):
+    give_model(ctx)
+    lengths = set()
+    for _ in range(12):
+        text = handlers.probe("alice")
+        half = len(text) // 2
+        assert 4 <= len(text) <= 16 and text[:half] == text[half:]
+        assert set(text) <= set(VOCAB)
+        lengths.add(len(text))
+    assert len(lengths) > 1  # a fixed-offset head cannot match every probe
+    status = handlers.analyse(text, "alice")[0]
+    assert "Induction is not measured" not in status
+
+
+def test_model_changed_marks_an_analysis_stale(ctx, handlers):
+    give_model(ctx)
+    assert handlers.model_changed("alice") == ""
+    handlers.analyse("abcabc", "alice")
+    assert "press **Analyse**" in handlers.model_changed("alice")
+
+
+# ---------------------------------------------------------------- figures: size and content
+
+
+@pytest.fixture(scope="module")
+def largest():
+    """12 layers x 12 heads x 256 tokens, the size the issue asks to stay fast for."""
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(12, 12, 256, 256, generator=generator)
+    scores = scores.masked_fill(torch.ones(256, 256).triu(1).bool(), float("-inf"))
+    ids = torch.randint(50, (256,), generator=generator).tolist()
+    return torch.softmax(scores, -1), ids, [f"t{i}" for i in ids]
+
+
+def test_every_figure_stays_under_2_mb_at_12x12x256(largest):
+    maps, ids, labels = largest
+    summaries = summarize_heads(maps, ids)
+    built = {
+        "grid": figures.heatmap_grid(maps, labels),
+        "large": figures.head_heatmap(maps[11, 11], labels, 11, 11),
+        "view": figures.head_view(head_view(maps, 255)[11], labels, 255, 11),
+        "summary": figures.summary_figure(summaries),
+        "live": figures.live_heatmap(maps[:, :, :64, :64], labels[:64]),
+    }
+    for name, fig in built.items():
+        assert len(fig.to_json()) < PAYLOAD_LIMIT, name
+    grid = figure_json(built["grid"])
+    assert len(grid["data"]) == 144
+    assert "pooled: 256 tokens in groups of 8" in grid["layout"]["title"]["text"]
+    assert len(grid["data"][0]["x"]) == 32
+
+
+def test_grid_shows_exact_unpooled_weights_with_labels_when_small():
+    maps = torch.softmax(torch.randn(2, 2, 5, 5), -1)
+    labels = ["a", "b", "a", "␣", "c"]
+    grid = figures.heatmap_grid(maps, labels)
+    first = grid.data[0]
+    assert list(first.x) == ["#0 a", "#1 b", "#2 a", "#3 ␣", "#4 c"]  # repeated tokens stay distinct
+    assert torch.allclose(torch.tensor(first.z), maps[0, 0], atol=1e-6)
+    assert "pooled" not in grid.layout.title.text
+    assert grid.layout.coloraxis.cmin == 0 and grid.layout.coloraxis.cmax == 1  # one shared scale
+
+
+def test_head_view_draws_one_legend_entry_per_head_and_weights_as_lines():
+    weights = torch.tensor([[0.9, 0.1, 0.0], [0.0, 0.0, 1.0]])  # 2 heads, query 2
+    fig = figures.head_view(weights, ["x", "y", "z"], 2, 0)
+    legend = [t.name for t in fig.data if t.showlegend is not False and t.name]
+    assert legend == ["head 0", "head 1"]
+    lines = [t for t in fig.data if t.mode == "lines" and t.legendgroup == "head 0"]
+    heaviest = max(lines, key=lambda t: t.opacity)
+    assert list(heaviest.y) == [2, 0, None]  # query row 2 -> key 0, the 0.9 weight
+    assert all(t.opacity <= heaviest.opacity for t in lines)
+
+
+def test_head_view_groups_keys_of_long_texts():
+    weights = torch.softmax(torch.randn(3, 200), -1)
+    fig = figures.head_view(weights, ["t"] * 200, 199, 0)
+    assert "keys grouped by 4" in fig.layout.title.text
+
+
+def test_summary_table_and_board_show_every_head():
+    maps = torch.softmax(torch.randn(2, 3, 6, 6), -1) * torch.ones(6, 6).tril()
+    maps = maps / maps.sum(-1, keepdim=True)
+    summaries = summarize_heads(maps, [1, 2, 3, 4, 5, 6])
+    rows = figures.summary_table(summaries)
+    assert [row[:2] for row in rows] == [[layer, head] for layer in range(2) for head in range(3)]
+    induction = figures.SUMMARY_HEADERS.index("induction")
+    assert all(row[induction] == "-" for row in rows)  # no repeats: not measured
+    assert all(row[induction - 1] != "-" for row in rows)  # fixed-offset: measured
+    board = figures.summary_figure(summaries)
+    assert board.data[0].z.shape == (2, 3)

@@ -1,0 +1,140 @@
+"""A new user's walk through every tab in headless Chromium: train the default task, generate and
+inspect a token, analyse attention, train the baby GPT. Screenshots go to tests/screenshots/
+(git-ignored) for a person to look at; the test fails if any tab shows an error.
+"""
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+sync_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-dev-shm-usage"]
+SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
+TIMEOUT_MS = 90_000  # generous: other jobs share these 2 cores
+
+
+@pytest.fixture(scope="module")
+def browser(running_app):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"the browser tests need Debian's Chromium at {CHROMIUM} (.ci/run installs it)")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(running_app, browser):
+    SCREENSHOTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    # Gradio's heartbeat keeps "networkidle" from ever firing: wait for the page, then an element.
+    page.goto(running_app[1], wait_until="domcontentloaded")
+    page.locator("#train-button").wait_for()
+    yield page
+    page.close()
+
+
+def open_tab(page, title: str) -> None:
+    page.get_by_role("tab", name=title).click()
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def assert_no_errors(page) -> None:
+    """No error toast, no component in an error state, no uncaught script error."""
+    toasts = page.locator(".toast-body.error, [data-testid='toast-body'].error")
+    assert toasts.count() == 0, toasts.all_inner_texts()
+    assert page.locator(".error, [class*='error-']").filter(has_text=re.compile(r"\bError\b")).count() == 0
+    assert not page.errors, page.errors
+
+
+def set_number(page, label: str, value) -> None:
+    box = page.get_by_label(f"number input for {label}")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def test_train_tab_trains_the_default_task_with_live_charts(page):
+    open_tab(page, "Train")
+    page.locator("#param-count").filter(has_text="parameters").wait_for()
+    shot(page, "1-train-start")
+    set_number(page, "Steps", 200)  # the default recipe, shortened for the test
+    page.locator("#train-button").click()
+    page.locator("#train-progress").filter(has_text="tokens/s").wait_for()
+    page.locator("#loss-plot .js-plotly-plot").wait_for()
+    page.locator("#train-status").filter(has_text="Done: 200 steps").wait_for()
+    page.locator("#live-attention .js-plotly-plot").wait_for()
+    assert page.locator("#loss-plot .scatterlayer .trace").count() == 2  # train and validation lines
+    assert page.locator("#live-sample textarea").input_value() != ""
+    shot(page, "2-train-done")
+    assert_no_errors(page)
+
+
+def test_generate_tab_streams_and_inspects_a_token(page):
+    open_tab(page, "Generate")
+    page.locator("#generate-model-info").filter(has_text="trained 200 steps").wait_for()
+    page.locator("#prompt textarea").fill("abc")
+    page.locator("#generate-button").click()
+    page.locator("#generate-status").filter(has_text="tokens.").wait_for()
+    assert page.locator("#generated-text textarea").input_value().startswith("abc")
+    page.locator("#generated-tokens .token").nth(3).click()  # a generated token
+    page.locator("#token-alternatives .js-plotly-plot .bars").wait_for()
+    shot(page, "3-generate")
+    assert_no_errors(page)
+
+
+def test_attention_tab_shows_every_head(page):
+    open_tab(page, "Attention")
+    page.locator("#attention-text textarea").fill("qwhzbkad|qwhzbkad")
+    page.locator("#attention-run").click()
+    page.locator("#attention-grid .js-plotly-plot").wait_for()
+    page.locator("#attention-grid .js-plotly-plot .hm, #attention-grid .js-plotly-plot image").first.wait_for()
+    shot(page, "4-attention")
+    assert_no_errors(page)
+
+
+def test_baby_gpt_tab_trains_its_markov_chain(page):
+    open_tab(page, "Baby GPT")
+    page.locator("#baby-train").click()
+    page.locator("#baby-chain .js-plotly-plot").wait_for()
+    page.locator("#baby-status").filter(has_text=re.compile(r"\d")).wait_for()
+    page.wait_for_timeout(1500)  # let the last streamed update land
+    shot(page, "5-baby-gpt")
+    assert_no_errors(page)
+
+
+def test_bad_input_shows_a_clear_message_not_a_crash(page):
+    open_tab(page, "Generate")
+    page.locator("#prompt textarea").fill("ABC")  # capitals are not in the copy task's vocabulary
+    page.locator("#generate-button").click()
+    toast = page.locator(".toast-body").filter(has_text="not in this model's vocabulary")
+    toast.wait_for()
+    shot(page, "6-error-message")
+
+
+def test_closing_a_tab_frees_its_session(running_app, browser):
+    demo, url = running_app
+    page = browser.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url, wait_until="domcontentloaded")
+    open_tab(page, "Generate")
+    before = len(demo.registry)
+    page.locator("#generate-button").click()  # no model yet: an error, but the session now exists
+    page.locator(".toast-body").filter(has_text="no model yet").wait_for()
+    assert len(demo.registry) == before + 1
+    page.close()  # demo.unload frees the session
+    deadline = time.monotonic() + 30
+    while len(demo.registry) > before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(demo.registry) == before

@@ -1,0 +1,251 @@
+"""The session registry, the settings and the shared input validator, as plain objects."""
+
+import math
+import threading
+import time
+
+import gradio as gr
+import pytest
+
+from playground import validate
+from playground.sessions import SessionRegistry
+from playground.settings import Settings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeTrainer:
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+# ---------------------------------------------------------------- registry
+
+
+def test_sessions_are_created_once_and_kept_apart():
+    registry = SessionRegistry(max_sessions=4, ttl_s=60)
+    a, b = registry.get("a"), registry.get("b")
+    assert registry.get("a") is a and a is not b
+    a.model = "model-a"
+    assert b.model is None
+    assert len(registry) == 2 and "a" in registry
+
+
+def test_each_session_has_its_own_random_stream():
+    registry = SessionRegistry(max_sessions=4, ttl_s=60)
+    a, b = registry.get("a"), registry.get("b")
+    assert a.generator.initial_seed() != b.generator.initial_seed()
+
+
+def test_lru_session_is_evicted_and_its_owner_told_once():
+    registry = SessionRegistry(max_sessions=2, ttl_s=60)
+    registry.get("a").trainer = trainer = FakeTrainer()
+    registry.get("b")
+    registry.get("a")  # a is now the most recent; b is the least recently used
+    registry.get("c")
+    assert "b" not in registry and "a" in registry
+    with pytest.raises(gr.Error, match="expired.*at most 2 sessions"):
+        registry.get("b")
+    assert not trainer.stopped
+    assert registry.get("b").model is None  # the next call starts afresh ...
+    assert "a" not in registry and "c" in registry  # ... evicting the next least recently used
+    assert trainer.stopped  # an evicted session's training stops
+
+
+def test_busy_sessions_are_never_evicted():
+    registry = SessionRegistry(max_sessions=1, ttl_s=60)
+    with registry.job("a", "training"):
+        with pytest.raises(gr.Error, match="server is full"):
+            registry.get("b")
+    registry.get("b")
+    assert "a" not in registry
+
+
+def test_idle_sessions_are_swept_after_the_ttl_and_training_is_stopped():
+    clock = Clock()
+    registry = SessionRegistry(max_sessions=10, ttl_s=60, clock=clock)
+    freed = []
+    registry.on_free(freed.append)
+    registry.get("old").trainer = trainer = FakeTrainer()
+    clock.now += 30
+    registry.get("young")
+    clock.now += 45  # old idle 75 s, young 45 s
+    assert registry.sweep() == 1
+    assert "old" not in registry and "young" in registry
+    assert trainer.stopped and freed == ["old"]
+    with pytest.raises(gr.Error, match="idle for more than 1 minutes"):
+        registry.get("old")
+
+
+def test_get_sweeps_by_itself_now_and_then():
+    clock = Clock()
+    registry = SessionRegistry(max_sessions=10, ttl_s=10, clock=clock)
+    registry.get("old")
+    clock.now += 100
+    registry.get("new")
+    assert "old" not in registry
+
+
+def test_free_drops_the_session_and_stops_its_training():
+    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+    freed = []
+    registry.on_free(freed.append)
+    registry.get("a").trainer = trainer = FakeTrainer()
+    registry.free("a")
+    registry.free("never-seen")  # no error
+    assert "a" not in registry and trainer.stopped and freed == ["a"]
+    registry.get("a")  # a closed tab's id is not "expired": nobody is there to tell
+
+
+def test_one_job_per_session():
+    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+    with registry.job("a", "training") as session:
+        assert session.busy and session.job_name == "training"
+        with pytest.raises(gr.Error, match="already running training"):
+            with registry.job("a", "generation"):
+                pass
+        with registry.job("b", "generation"):  # another session is not blocked
+            pass
+    assert not session.busy
+    with registry.job("a", "generation"):  # free again after the first job ended
+        pass
+
+
+def test_job_lock_is_released_when_the_job_fails():
+    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+    with pytest.raises(RuntimeError):
+        with registry.job("a", "training"):
+            raise RuntimeError("boom")
+    with registry.job("a", "training"):
+        pass
+
+
+def test_concurrent_jobs_in_one_session_admit_exactly_one():
+    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+    entered, refused, release = [], [], threading.Event()
+
+    def worker():
+        try:
+            with registry.job("a", "training"):
+                entered.append(1)
+                release.wait(5)
+        except gr.Error:
+            refused.append(1)
+
+    threads = [threading.Thread(target=worker) for _ in range(5)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(entered) + len(refused) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert len(entered) == 1 and len(refused) == 4
+
+
+def test_requests_without_a_session_are_refused():
+    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+
+    class NoSession:
+        session_hash = None
+
+    with pytest.raises(gr.Error, match="no session"):
+        registry.get(NoSession())
+
+
+# ---------------------------------------------------------------- settings
+
+
+def test_settings_read_the_environment_and_keyword_overrides():
+    settings = Settings.from_env({"PLAYGROUND_MAX_LAYERS": "3", "PLAYGROUND_SESSION_TTL_S": "5.5"}, max_heads=2)
+    assert (settings.max_layers, settings.session_ttl_s, settings.max_heads) == (3, 5.5, 2)
+    assert not settings.caps_lifted
+
+
+def test_settings_reject_bad_environment_values():
+    with pytest.raises(ValueError, match="PLAYGROUND_MAX_LAYERS='many'"):
+        Settings.from_env({"PLAYGROUND_MAX_LAYERS": "many"})
+    with pytest.raises(ValueError, match="max_sessions must be positive"):
+        Settings(max_sessions=0)
+
+
+def test_local_settings_lift_the_caps():
+    server, laptop = Settings.from_env({}), Settings.local({})
+    assert laptop.caps_lifted and laptop.max_layers > server.max_layers and laptop.max_params > server.max_params
+    assert Settings.local({"PLAYGROUND_MAX_LAYERS": "9"}).max_layers == 24  # --no-caps wins over the env
+
+
+def test_cap_hint_names_the_cap_and_how_to_lift_it():
+    hint = Settings(max_layers=6).cap_hint("max_layers")
+    assert "6" in hint and "--no-caps" in hint and "PLAYGROUND_MAX_LAYERS" in hint
+    with pytest.raises(ValueError):
+        Settings().cap_hint("session_ttl_s")
+
+
+# ---------------------------------------------------------------- validate
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, "nan", "abc", None, [], True])
+def test_number_rejects_what_is_not_a_finite_number(value):
+    with pytest.raises(gr.Error, match="Temperature must be a"):
+        validate.number(value, "Temperature", 0, 2)
+
+
+def test_number_checks_the_range_and_names_the_cap():
+    assert validate.number("0.5", "Top-p", 0, 1) == 0.5
+    with pytest.raises(gr.Error, match="Top-p must be at least 0"):
+        validate.number(-1, "Top-p", 0, 1)
+    with pytest.raises(gr.Error, match="Layers must be at most 6.*--no-caps"):
+        validate.integer(7, "Layers", 1, 6, cap=Settings(max_layers=6).cap_hint("max_layers"))
+
+
+def test_integer_accepts_whole_floats_only():
+    assert validate.integer(4.0, "Heads", 1, 8) == 4 and isinstance(validate.integer(4.0, "Heads", 1, 8), int)
+    with pytest.raises(gr.Error, match="whole number"):
+        validate.integer(4.5, "Heads", 1, 8)
+
+
+def test_optional_integer_treats_empty_and_zero_as_off():
+    assert validate.optional_integer(None, "Top-k", 1, 10) is None
+    assert validate.optional_integer(0, "Top-k", 1, 10) is None
+    assert validate.optional_integer(3.0, "Top-k", 1, 10) == 3
+    with pytest.raises(gr.Error):
+        validate.optional_integer(-2, "Top-k", 1, 10)
+
+
+def test_text_checks_type_emptiness_and_length():
+    assert validate.text("hi", "Prompt", 5) == "hi"
+    assert validate.text(None, "Prompt", 5, allow_empty=True) == ""
+    with pytest.raises(gr.Error, match="Prompt is empty"):
+        validate.text("   ", "Prompt", 5)
+    with pytest.raises(gr.Error, match="6 characters; the limit is 5"):
+        validate.text("abcdef", "Prompt", 5)
+    with pytest.raises(gr.Error, match="must be text"):
+        validate.text(12, "Prompt", 5)
+
+
+def test_choice_accepts_only_the_options():
+    assert validate.choice("char", "Tokenizer", ["char", "gpt2"]) == "char"
+    with pytest.raises(gr.Error, match="Tokenizer must be one of char, gpt2"):
+        validate.choice("bpe", "Tokenizer", ["char", "gpt2"])
+
+
+def test_user_errors_become_gradio_errors_and_others_do_not():
+    from core.data import DataError
+
+    with pytest.raises(gr.Error, match="too short"):
+        with validate.user_errors():
+            raise DataError("too short")
+    with pytest.raises(KeyError):
+        with validate.user_errors():
+            raise KeyError("a bug stays a bug")

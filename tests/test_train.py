@@ -1,0 +1,195 @@
+"""The training engine: events, stop and resume, determinism, the divergence guard."""
+
+import math
+
+import pytest
+import torch
+
+from core.config import GPTConfig
+from core.data import TokenData, repeat_corpus
+from core.model import GPT
+from core.optim import learning_rate_at
+from core.tokenizers import CharTokenizer
+from core.train import TrainConfig, Trainer
+
+TEXT = repeat_corpus(n_lines=300)
+TOKENIZER = CharTokenizer.from_text(TEXT)
+
+
+def tiny_model(seed: int = 0, **fields) -> GPT:
+    torch.manual_seed(seed)
+    config = dict(vocab_size=TOKENIZER.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=16)
+    return GPT(GPTConfig(**{**config, **fields}))
+
+
+def tiny_trainer(model: GPT | None = None, **fields) -> Trainer:
+    model = model or tiny_model()
+    config = dict(max_iters=6, batch_size=4, warmup_iters=2, lr_decay_iters=6, eval_interval=5, eval_iters=2,
+                  learning_rate=3e-3, device="cpu")
+    data = TokenData.from_text(TEXT, TOKENIZER, model.config.block_size)
+    return Trainer(model, data, TrainConfig(**{**config, **fields}), tokenizer=TOKENIZER)
+
+
+def weights(model: GPT) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_events_cover_every_step_then_a_final_one():
+    trainer = tiny_trainer(sample_interval=3, attention_interval=3)
+    events = list(trainer.run())
+    assert [e.step for e in events] == [1, 2, 3, 4, 5, 6, 6]
+    assert [e.done for e in events] == [False] * 6 + [True]
+    assert not events[-1].stopped and events[-1].error is None
+    # validation every eval_interval steps and always on the last one
+    assert [e.step for e in events[:-1] if e.val_loss is not None] == [5, 6]
+    assert [e.step for e in events[:-1] if e.sample is not None] == [3, 6]
+    assert all(isinstance(e.sample, str) and len(e.sample) > 1 for e in events if e.sample)
+    cfg = trainer.config
+    for event in events[:-1]:
+        assert event.lr == pytest.approx(learning_rate_at(event.step - 1, cfg.learning_rate, cfg.min_lr,
+                                                          cfg.warmup_iters, cfg.lr_decay_iters))
+        assert math.isfinite(event.train_loss) and event.tokens_per_sec > 0 and event.elapsed > 0
+    assert events[-2].eta == 0
+    assert [row["step"] for row in trainer.history] == [1, 2, 3, 4, 5, 6]
+    assert trainer.history[4]["val_loss"] == events[4].val_loss
+
+
+def test_attention_snapshot_has_one_pattern_per_layer():
+    trainer = tiny_trainer(attention_interval=2, max_iters=2)
+    event = next(e for e in trainer.run() if e.attention is not None)
+    T = len(event.probe_ids)
+    assert T == 16  # the default probe fills the context
+    assert [a.shape for a in event.attention] == [(2, T, T)] * 2
+    for pattern in event.attention:
+        assert torch.allclose(pattern.sum(-1), torch.ones(2, T), atol=1e-5)
+        assert torch.all(pattern.triu(diagonal=1) == 0)  # causal
+
+
+def test_probe_text_is_encoded_with_the_tokenizer():
+    model = tiny_model()
+    data = TokenData.from_text(TEXT, TOKENIZER, 16)
+    trainer = Trainer(model, data, TrainConfig(max_iters=1, batch_size=2, attention_interval=1, eval_iters=1),
+                      tokenizer=TOKENIZER, probe_text="abc|abc")
+    event = next(trainer.run())
+    assert event.probe_ids == TOKENIZER.encode("abc|abc")
+    assert event.attention[0].shape == (2, 7, 7)
+
+
+def test_stop_keeps_weights_and_resume_matches_an_uninterrupted_run():
+    straight = tiny_trainer()
+    straight_losses = [e.train_loss for e in straight.run() if not e.done]
+
+    trainer = tiny_trainer()
+    seen = []
+    for event in trainer.run():
+        if event.done:
+            final = event
+            break
+        seen.append(event.train_loss)
+        if event.step == 3:
+            at_stop = weights(trainer.model)
+            trainer.stop()
+    assert final.stopped and final.done and final.step == 3 == trainer.step
+    assert_same_weights(weights(trainer.model), at_stop)  # stopping learned nothing more, lost nothing
+
+    resumed = [e.train_loss for e in trainer.run() if not e.done]
+    assert trainer.step == 6
+    assert seen + resumed == straight_losses  # same optimizer state and batches: the same curve
+
+
+def test_run_until_continues_in_chunks():
+    trainer = tiny_trainer()
+    assert [e.step for e in trainer.run(until=2)] == [1, 2, 2]
+    assert [e.step for e in trainer.run(until=4)] == [3, 4, 4]
+    assert [e.step for e in trainer.run(until=4)] == [4]  # nothing left: only the final event
+
+
+def test_same_seed_same_curve_and_global_rng_untouched():
+    global_state = torch.get_rng_state()
+    curves = []
+    for _ in range(2):
+        trainer = tiny_trainer(tiny_model(dropout=0.1))
+        curves.append([(e.train_loss, e.val_loss) for e in trainer.run()])
+        torch.set_rng_state(global_state)
+    assert curves[0] == curves[1]
+    other_seed = tiny_trainer(tiny_model(dropout=0.1), seed=7)
+    assert [(e.train_loss, e.val_loss) for e in other_seed.run()] != curves[0]
+
+
+def test_training_does_not_consume_the_global_rng():
+    trainer = tiny_trainer(tiny_model(dropout=0.1))
+    before = torch.get_rng_state()
+    list(trainer.run())
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_divergence_restores_the_last_good_weights():
+    trainer = tiny_trainer(learning_rate=1e30, warmup_iters=0, grad_clip=0.0, max_iters=50)
+    snapshots = {0: weights(trainer.model)}
+    events = []
+    for event in trainer.run():
+        events.append(event)
+        if not event.done:
+            snapshots[event.step] = weights(trainer.model)
+    final = events[-1]
+    assert final.done and final.error and "diverged" in final.error and "learning rate" in final.error
+    assert final.step < 50 and trainer.step == final.step
+    assert_same_weights(weights(trainer.model), snapshots[final.step])
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    assert [row["step"] for row in trainer.history] == list(range(1, final.step + 1))
+    # the user can lower the learning rate and carry on
+    for group in trainer.optimizer.param_groups:
+        group["lr"] = 1e-3
+    trainer.config.learning_rate = trainer.config.min_lr = 1e-3
+    trainer.optimizer.state.clear()
+    assert not any(e.error for e in trainer.run(until=final.step + 2))
+
+
+def test_estimate_loss_leaves_the_mode_alone():
+    trainer = tiny_trainer()
+    for training in (True, False):
+        trainer.model.train(training)
+        losses = trainer.estimate_loss()
+        assert trainer.model.training is training
+        assert set(losses) == {"train", "val"} and all(math.isfinite(v) for v in losses.values())
+    assert trainer.estimate_loss() == trainer.estimate_loss()  # fixed batches
+
+
+def test_state_dict_lets_a_new_trainer_continue_identically():
+    first = tiny_trainer()
+    list(first.run(until=3))
+    copy = tiny_model()
+    copy.load_state_dict(first.model.state_dict())
+    second = tiny_trainer(copy)
+    second.load_state_dict(first.state_dict())
+    assert second.step == 3 and second.history == first.history
+    assert [e.train_loss for e in first.run()] == [e.train_loss for e in second.run()]
+
+
+def test_bfloat16_autocast_on_cpu_trains():
+    trainer = tiny_trainer(dtype="bfloat16", max_iters=2)
+    events = list(trainer.run())
+    assert all(math.isfinite(e.train_loss) for e in events)
+    assert next(trainer.model.parameters()).dtype == torch.float32  # master weights stay float32
+
+
+@pytest.mark.parametrize("field, value", [
+    ("max_iters", 0), ("batch_size", -1), ("learning_rate", 0.0), ("grad_clip", float("nan")),
+    ("beta2", 1.0), ("device", "tpu"), ("dtype", "float16"), ("eval_iters", 1.5), ("compile", "yes"),
+])
+def test_bad_settings_name_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**{field: value})
+
+
+def test_data_shorter_than_the_context_is_refused():
+    model = tiny_model(block_size=16)
+    short = TokenData(train=torch.zeros(100, dtype=torch.long), val=torch.zeros(10, dtype=torch.long))
+    with pytest.raises(ValueError, match="too short"):
+        Trainer(model, short, TrainConfig())
