@@ -1,7 +1,7 @@
 """Plotly figures of the baby GPT's Markov chain: the transition graph and model-vs-data heatmaps.
 
 The graph puts the states on a circle (state 0 at the top, clockwise). Each edge is a curve that
-bends to the right of its direction, so the two directions between a pair of states never
+bows inwards, the two directions between a pair of states by different amounts so they never
 overlap; a self-loop is a small circle outside its state. An edge's colour and width grow with
 its probability; its arrowhead carries the exact colour, its label reads `token (p%)`.
 All numbers come from `core.babygpt`; this module only places and paints them.
@@ -19,13 +19,11 @@ from plotly.subplots import make_subplots
 
 from core.babygpt import ChainAnalysis, Edge, TransitionGraph
 
-HEIGHT = 640
 AXIS_LIMIT = 1.5  # the circle has radius 1; room for self-loops and labels
-PX_PER_UNIT = (HEIGHT - 90) / (2 * AXIS_LIMIT)  # about; the plot keeps a 1:1 aspect ratio
 BUCKETS = 10  # edges are drawn as one line trace per probability decile
 CURVE_POINTS = 24
-MAX_ALL_LABELS = 16  # with more states, only confident edges get a label (all get hover text)
-CONFIDENT = 0.8
+# Every edge has hover text; labels: all up to 16 states, confident edges up to 32, then none.
+MAX_ALL_LABELS, MAX_CONFIDENT_LABELS, CONFIDENT = 16, 32, 0.8
 BEND, BACK_BEND = 0.1, 0.3  # how far an edge bows inwards, relative to its length
 LABEL_DISTANCE = 0.4  # how far from its source state an edge's label sits (at most mid-way)
 LABEL_STAGGER = 0.15  # further for each next token
@@ -43,6 +41,14 @@ def _colour(probability: float) -> str:
 
 def _node_px(n_states: int) -> int:
     return 44 if n_states <= 8 else 34 if n_states <= 16 else 24 if n_states <= 32 else 16
+
+
+def _height(n_states: int) -> int:
+    return 640 if n_states <= 32 else 820
+
+
+def _labelled(n_states: int, probability: float) -> bool:
+    return n_states <= MAX_ALL_LABELS or (n_states <= MAX_CONFIDENT_LABELS and probability >= CONFIDENT)
 
 
 def _positions(n_states: int) -> list[Point]:
@@ -125,7 +131,8 @@ def chain_figure(
     n = len(graph.labels)
     positions = _positions(n)
     node_px = _node_px(n)
-    node_r = node_px / 2 / PX_PER_UNIT
+    px_per_unit = (_height(n) - 90) / (2 * AXIS_LIMIT)  # about: the plot keeps a 1:1 aspect ratio
+    node_r = node_px / 2 / px_per_unit
     curves = {
         (e.source, e.target): _edge_curve(positions[e.source], positions[e.target], node_r, e.source < e.target)
         for e in graph.edges
@@ -175,7 +182,7 @@ def chain_figure(
         x=[round(x, 3) for x, _ in label_points], y=[round(y, 3) for _, y in label_points], mode="markers",
         marker=dict(size=14, opacity=0), hovertext=hover, hoverinfo="text", showlegend=False,
     ))
-    labelled = [i for i, e in enumerate(graph.edges) if n <= MAX_ALL_LABELS or e.probability >= CONFIDENT]
+    labelled = [i for i, e in enumerate(graph.edges) if _labelled(n, e.probability)]
     fig.add_trace(go.Scatter(  # labels: a trace (not annotations) so that the states draw over them
         x=[label_points[i][0] for i in labelled], y=[label_points[i][1] for i in labelled], mode="text",
         text=[f"{graph.token_labels[graph.edges[i].token]} ({graph.edges[i].probability:.0%})" for i in labelled],
@@ -209,7 +216,7 @@ def chain_figure(
 
     axis = dict(visible=False, range=[-AXIS_LIMIT, AXIS_LIMIT], fixedrange=False)
     fig.update_layout(
-        title=dict(text=title, x=0.02, font=dict(size=15)), height=HEIGHT,
+        title=dict(text=title, x=0.02, font=dict(size=15)), height=_height(n),
         margin=dict(l=10, r=10, t=50, b=40), plot_bgcolor="white", paper_bgcolor="white",
         xaxis=axis, yaxis=dict(axis, scaleanchor="x", scaleratio=1),
         legend=dict(orientation="h", x=0.5, xanchor="center", y=-0.02, yanchor="top"),

@@ -241,7 +241,7 @@ def _analysis_text(analysis: ChainAnalysis, labels: list[str]) -> str:
     top = analysis.stationary.argsort(descending=True)[:4].tolist()
     lines = [
         f"**Most likely cycle:** {cycle} ({analysis.cycle_probability:.0%} per step, the geometric mean of "
-        "its edges). Always taking the likeliest edge ends up in a loop like this.",
+        "its edges): the loop the chain most likes to go round.",
         "**Where the chain spends its time** (stationary distribution): "
         + ", ".join(f"{labels[s]} {analysis.stationary[s].item():.0%}" for s in top) + ".",
     ]
@@ -275,14 +275,13 @@ def _walk_text(run: BabyRun, walk: list[int], seed: int) -> str:
 def build(ctx: AppContext) -> BabyHandlers:
     handlers = BabyHandlers(ctx)
     s = ctx.settings
-    chain0, status0, slider0, loss0, comparison0, table0, analysis0, _ = handlers.initial()
+    chain0, status0, _, loss0, comparison0, table0, analysis0, _ = handlers.initial()
     gr.Markdown(
         "A GPT with a vocabulary of **V** tokens and a context of **L** tokens has exactly V<sup>L</sup> possible "
         "inputs. For each it predicts the next token; append it, drop the first, and you are in the next state. "
-        "So the model *is* a Markov chain. The defaults are "
-        "[Karpathy's example](https://twitter.com/karpathy/status/1645115622517542913): press **Train** and watch "
-        f"the chain learn `{EXAMPLE_SEQUENCE}`. Orange states never occur in the data: where they go is "
-        "the model's inductive bias."
+        "So the model *is* a Markov chain. The defaults are Karpathy's baby GPT (V=2, L=3, 4 layers, 4 heads, "
+        f"16 channels, no biases, 50 steps of AdamW): press **Train** and watch the chain learn `{EXAMPLE_SEQUENCE}`. "
+        "Orange states never occur in the data: where they go is the model's inductive bias."
     )
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=280):
