@@ -60,7 +60,9 @@ class _Context:
         self.model = model
         self.block_size = model.config.block_size
         self.start = max(0, prompt_length - self.block_size)  # a long prompt keeps its newest tokens
-        self.use_cache = use_cache
+        # The cache counts positions through attention's keys: a model without attention (the
+        # bigram and positions stages) has nothing to cache and would lose track of positions.
+        self.use_cache = use_cache and any(block.attn is not None for block in model.blocks)
         self.cache: KVCache | None = None
 
     def next_logits(self, idx: torch.Tensor) -> torch.Tensor:

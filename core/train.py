@@ -10,6 +10,12 @@ Batches come from the trainer's own seeded generators, so the same seed, config 
 give the same loss curve on CPU, and the library never reseeds torch's global RNG (dropout
 draws from a private copy of it that is swapped in for each step).
 
+Devices and precision: `device="auto"` picks CUDA, then Apple MPS, then the CPU; `dtype="auto"`
+trains under bfloat16 autocast where the hardware has it natively (CUDA, CPUs with AVX512-BF16
+or AMX) and in float32 elsewhere; `compile=True` wraps the model in `torch.compile`. The library
+never changes torch's thread count: a process running several trainings should set it (the CLI
+has --threads; one thread per training avoids OpenMP oversubscription on a shared CPU).
+
 Divergence guard: before every update the loss and the gradient norm are checked; a
 non-finite value ends training with a message, and the weights go back to the last ones
 whose loss and gradients were finite (the weights before the previous update).

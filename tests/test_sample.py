@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from core.config import GPTConfig
+from core.config import GPTConfig, stage_config
 from core.model import GPT
 from core.sample import generate, sampling_probs, stream, window_start
 from core.tokenizers import CharTokenizer
@@ -34,6 +34,14 @@ def test_greedy_with_cache_equals_without_across_overflows(model, prompt_length)
     assert cached.shape == (2, prompt_length + 30)
     assert torch.equal(cached[:, :prompt_length], idx)
     assert torch.equal(cached, uncached)
+
+
+@pytest.mark.parametrize("stage", ["bigram", "positions", "feed_forward", "one_head"])
+def test_every_stage_decodes_the_same_with_and_without_cache(stage):
+    torch.manual_seed(0)
+    model = GPT(stage_config(stage, vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=32)).eval()
+    idx = torch.randint(16, (1, 3))
+    assert torch.equal(generate(model, idx, 20, temperature=0), generate(model, idx, 20, temperature=0, use_cache=False))
 
 
 def test_cache_refills_once_per_half_window(model):
