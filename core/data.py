@@ -6,6 +6,7 @@ import hashlib
 import os
 import random
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,38 +85,48 @@ def load_shakespeare(path: str | Path | None = None, *, download: bool = True) -
 # ---------------------------------------------------------------- synthetic corpora
 # Each is a task whose solution is a crisp attention pattern, generated in well under a second.
 
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _task_corpus(make_line: Callable[[random.Random], str], n_lines: int, seed: int) -> str:
+    rng = random.Random(seed)
+    return "\n".join(make_line(rng) for _ in range(n_lines)) + "\n"
+
+
+def _word(rng: random.Random, alphabet: str, length: int) -> str:
+    return "".join(rng.choice(alphabet) for _ in range(length))
+
 
 def repeat_corpus(n_lines: int = 6000, length: int = 8, seed: int = 0) -> str:
-    """'qwhzbkad|qwhzbkad': copying the second half needs an induction head (look at the
-    token after the earlier occurrence of the current token)."""
-    rng = random.Random(seed)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    lines = []
-    for _ in range(n_lines):
-        word = "".join(rng.choice(letters) for _ in range(length))
-        lines.append(f"{word}|{word}")
-    return "\n".join(lines) + "\n"
+    """'qwhzbkad|qwhzbkad': copying the second half means looking at the token after the earlier
+    occurrence of the current one (an induction head's move). Every word has the same length, so
+    a model may learn it as a fixed offset instead: crisp to see, and a lesson in itself."""
+
+    def line(rng: random.Random) -> str:
+        word = _word(rng, LETTERS, length)
+        return f"{word}|{word}"
+
+    return _task_corpus(line, n_lines, seed)
 
 
 def reverse_corpus(n_lines: int = 6000, length: int = 8, seed: int = 0) -> str:
     """'abcdefgh>hgfedcba': writing the reversal makes an anti-diagonal attention pattern."""
-    rng = random.Random(seed)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    lines = []
-    for _ in range(n_lines):
-        word = "".join(rng.choice(letters) for _ in range(length))
-        lines.append(f"{word}>{word[::-1]}")
-    return "\n".join(lines) + "\n"
+
+    def line(rng: random.Random) -> str:
+        word = _word(rng, LETTERS, length)
+        return f"{word}>{word[::-1]}"
+
+    return _task_corpus(line, n_lines, seed)
 
 
 def sort_corpus(n_lines: int = 6000, length: int = 8, seed: int = 0) -> str:
     """'38152706=01235678': sorting digits makes heads that search for the next-larger digit."""
-    rng = random.Random(seed)
-    lines = []
-    for _ in range(n_lines):
-        digits = "".join(rng.choice("0123456789") for _ in range(length))
-        lines.append(f"{digits}={''.join(sorted(digits))}")
-    return "\n".join(lines) + "\n"
+
+    def line(rng: random.Random) -> str:
+        digits = _word(rng, "0123456789", length)
+        return f"{digits}={''.join(sorted(digits))}"
+
+    return _task_corpus(line, n_lines, seed)
 
 
 BABY_GPT_SEQUENCE = "111101111011110"
@@ -137,7 +148,7 @@ CORPORA: dict[str, CorpusInfo] = {
     "shakespeare": CorpusInfo(
         "Tiny Shakespeare", "1.1M characters of Shakespeare's plays (downloaded once, 1.1 MB).", True
     ),
-    "repeat": CorpusInfo("Copy task", "Random words written twice: watch an induction head form."),
+    "repeat": CorpusInfo("Copy task", "Random words written twice: watch a copying head form."),
     "reverse": CorpusInfo("Reverse task", "Random words then their reversal: an anti-diagonal pattern."),
     "sort": CorpusInfo("Sort task", "Random digits then the same digits sorted."),
     "binary": CorpusInfo("Binary sequence", f"The baby GPT's sequence {BABY_GPT_SEQUENCE}, repeated."),

@@ -83,8 +83,10 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "repeat", "Copy task: induction head",
-            "Random 8-letter words written twice (abcdefgh|abcdefgh). To copy the second half, a "
-            "head learns to look at the letter after the earlier copy of the current one: an induction head.",
+            "Random 8-letter words written twice (abcdefgh|abcdefgh). To copy the second half, a head "
+            "looks at the letter after the earlier copy of the current one, 8 places back. Every word "
+            "has 8 letters, so the model may learn a fixed offset rather than a true induction head: "
+            "the Attention tab's induction probe tells the two apart.",
             "repeat", "char", model=dict(TASK_MODEL), train=dict(TASK_TRAIN),
         ),
         Preset(

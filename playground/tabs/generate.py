@@ -114,8 +114,12 @@ def _start_token(tokenizer: Tokenizer) -> int:
 
 
 def _highlighted(prompt: str, steps: list[TokenStep]) -> list[tuple[str, float | None]]:
-    """HighlightedText entries: the prompt uncoloured, then each token coloured by its probability."""
-    return [(prompt, None)] + [(step.text or "�", round(step.prob, 3)) for step in steps]
+    """HighlightedText entries: the prompt uncoloured, then each token coloured by its probability.
+
+    A newline token gets a visible ↵ before its line break, so it can be seen and clicked."""
+    return [(prompt, None)] + [
+        ((step.text or "�").replace("\n", "↵\n"), round(step.prob, 3)) for step in steps
+    ]
 
 
 def build(ctx: AppContext) -> GenerateHandlers:

@@ -6,7 +6,8 @@
 For each task: wall time, validation loss, greedy accuracy on the deterministic second half of
 each line, and the attention score of the best head for the pattern the task needs:
 
-- repeat: the induction target, the token after the earlier copy of the current token (i - 8)
+- repeat: the induction target, the token after the earlier copy of the current token (i - w
+  for a word of w letters: words vary in length, so only an induction head finds it)
 - reverse: the anti-diagonal, the mirror position in the first half (15 - i within a line)
 - sort: the attention mass on first-half positions holding the digit written next
 
@@ -31,36 +32,41 @@ from core.model import GPT  # noqa: E402
 from core.presets import preset_configs, preset_corpus  # noqa: E402
 from core.train import Trainer  # noqa: E402
 
-WORD = 8  # letters per half; a line is WORD + 1 + WORD + 1 = 18 characters
-LINE = 2 * WORD + 2
+SEPARATORS = {"repeat": "|", "reverse": ">", "sort": "="}
 
 
-def targets(task: str, line: torch.Tensor) -> list[tuple[int, list[int]]]:
-    """(query offset, key offsets the task needs) for the queries that predict the second half."""
-    queries = range(WORD, 2 * WORD)  # the separator and the second-half letters predict the next letter
+def targets(task: str, line: torch.Tensor, word: int) -> list[tuple[int, list[int]]]:
+    """(query offset, key offsets the task needs) for the queries that predict the second half
+    of a line whose first half has `word` tokens."""
+    queries = range(word, 2 * word)  # the separator and the second-half letters predict the next letter
     if task == "repeat":
-        return [(i, [i - WORD]) for i in queries]
+        return [(i, [i - word]) for i in queries]
     if task == "reverse":
-        return [(i, [2 * WORD - 1 - i]) for i in queries]
+        return [(i, [2 * word - 1 - i]) for i in queries]
     # sort: where the digit written next sits in the unsorted first half
-    return [(i, [j for j in range(WORD) if line[j] == line[i + 1]]) for i in queries]
+    return [(i, [j for j in range(word) if line[j] == line[i + 1]]) for i in queries]
 
 
 @torch.no_grad()
-def measure(task: str, model: GPT, val: torch.Tensor, newline: int, n_lines: int = 200) -> tuple[float, float, float]:
+def measure(task: str, model: GPT, val: torch.Tensor, newline: int, separator: int,
+            n_lines: int = 200) -> tuple[float, float, float]:
     """(greedy accuracy on second halves, best head's mean attention on the task's targets,
-    the same with the best head chosen per query offset: a pattern split across heads)."""
+    the same with the best head chosen per query: a pattern split across heads)."""
+    T = model.config.block_size
     starts = (val == newline).nonzero().flatten()[:n_lines] + 1  # each line starts after a newline
-    windows = torch.stack([val[s: s + LINE] for s in starts.tolist() if s + LINE <= len(val)])
+    windows = torch.stack([val[s: s + T] for s in starts.tolist() if s + T <= len(val)])
     logits, _, patterns = model(windows, return_attention=True)  # patterns: per layer (B, H, T, T)
     predicted = logits.argmax(-1)
-    correct = predicted[:, WORD: 2 * WORD] == windows[:, WORD + 1: 2 * WORD + 1]
     heads = torch.cat(patterns, dim=1)  # (B, L * H, T, T)
-    on_target = torch.zeros(heads.size(1), WORD)  # mean attention on the targets, per head and query offset
+    correct, on_target = [], []  # per query: right or not; (L * H,) attention on the task's targets
     for b, line in enumerate(windows):
-        for q, (i, keys) in enumerate(targets(task, line)):
-            on_target[:, q] += heads[b, :, i, keys].sum(-1) / len(windows)
-    return correct.float().mean().item(), on_target.mean(1).max().item(), on_target.max(0).values.mean().item()
+        word = (line == separator).nonzero()[0].item()
+        for i, keys in targets(task, line, word):
+            correct.append(predicted[b, i] == line[i + 1])
+            on_target.append(heads[b, :, i, keys].sum(-1))
+    on_target = torch.stack(on_target)  # (queries, L * H)
+    return (torch.stack(correct).float().mean().item(), on_target.mean(0).max().item(),
+            on_target.max(1).values.mean().item())
 
 
 def main() -> None:
@@ -81,14 +87,14 @@ def main() -> None:
         data = TokenData.from_text(text, tokenizer, model_config.block_size)
         torch.manual_seed(train_config.seed)
         model = GPT(model_config)
-        newline = tokenizer.encode("\n")[0]
+        newline, separator = tokenizer.encode("\n" + SEPARATORS[task])
         for event in Trainer(model, data, train_config).run():
             if event.val_loss is not None and not event.done:
-                accuracy, score, per_query = measure(task, model.eval(), data.val, newline)
+                accuracy, score, per_query = measure(task, model.eval(), data.val, newline, separator)
                 model.train()
                 print(f"  {task} step {event.step:4d} val loss {event.val_loss:.3f} second-half accuracy "
                       f"{accuracy:.3f} best head {score:.3f} best head per query {per_query:.3f}", flush=True)
-        accuracy, score, per_query = measure(task, model.eval(), data.val, newline)
+        accuracy, score, per_query = measure(task, model.eval(), data.val, newline, separator)
         print(f"{task}: {event.elapsed:.1f} s of training for {train_config.max_iters} steps "
               f"({model.parameter_counts()['total']:,} parameters); second-half accuracy {accuracy:.3f}, "
               f"best head {score:.3f}, best head per query {per_query:.3f}", flush=True)
