@@ -34,6 +34,7 @@ TIE = 0.05  # induction wins a fixed-offset score this close: on a periodic text
 
 
 @torch.no_grad()
+@torch.no_grad()
 def attention_maps(model: GPT, ids: list[int]) -> torch.Tensor:
     """Attention weights of every layer and head on one text: (L, H, T, T).
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from core.attention import attention_maps
 from core.data import TokenData, get_batch
 from core.model import GPT
 from core.optim import configure_optimizer, learning_rate_at
@@ -379,14 +380,11 @@ class Trainer:
         ids = generate(self.model, prompt, self.config.sample_tokens, generator=rng)
         return self.tokenizer.decode(ids[0].tolist())
 
-    @torch.no_grad()
     def _attention(self) -> list[torch.Tensor]:
-        was_training = self.model.training
-        self.model.eval()
-        probe = torch.tensor([self.probe_ids], device=self.device)
-        _, _, patterns = self.model(probe, return_attention=True)
-        self.model.train(was_training)
-        return [p[0].float().cpu() for p in patterns]  # per layer (H, T, T)
+        """Per layer (H, T, T) attention of the probe prompt; none for stages without attention."""
+        if not self.model.config.use_attention or not self.model.blocks:
+            return []
+        return list(attention_maps(self.model, self.probe_ids))
 
     def _event(self, train_loss: float, val_loss: float | None, lr: float, until: int) -> TrainEvent:
         return TrainEvent(

@@ -1,5 +1,6 @@
-"""Shared test setup: offline data, small models, fixed seeds."""
+"""Shared test setup: offline data, fixed seeds, a running app, a headless browser."""
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -29,17 +30,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def running_app():
-    """The whole app launched once on a free port, shared by the integration and browser tests.
-
-    Yields (demo, url); `demo.registry` holds the sessions. Default caps, so tests see what a
-    public server does; tests keep their models tiny.
-    """
+@contextlib.contextmanager
+def serve(settings=None):
+    """The whole app launched on a free port for the block: yields (demo, url)."""
     from playground.app import build_app, launch_kwargs
     from playground.settings import Settings
 
-    settings = Settings.from_env({})
+    settings = settings or Settings.from_env({})
     demo = build_app(settings)
     port = free_port()
     demo.launch(**launch_kwargs(settings, port=port), prevent_thread_lock=True, quiet=True)
@@ -47,3 +44,36 @@ def running_app():
         yield demo, f"http://127.0.0.1:{port}/"
     finally:
         demo.close()
+
+
+@pytest.fixture(scope="session")
+def running_app():
+    """The app launched once, shared by the integration and browser tests: (demo, url).
+
+    `demo.registry` holds the sessions. Default caps, so tests see what a public server does;
+    tests keep their models tiny.
+    """
+    with serve() as app:
+        yield app
+
+
+# ---------------------------------------------------------------- headless Chromium (Debian's)
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-dev-shm-usage"]
+SCREENSHOTS = REPO / "tests" / "screenshots"  # git-ignored: for a person to look at
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One Chromium for every browser test; missing Chromium is a failure, not a skip."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"the browser tests need Debian's Chromium at {CHROMIUM} (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    SCREENSHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

@@ -4,11 +4,8 @@ The session gets a small model server-side (as if trained), so this test does no
 the Train tab. Screenshots go to tests/screenshots/ for a person to look at.
 """
 
-import os
-import socket
-from pathlib import Path
-
 import pytest
+from conftest import SCREENSHOTS, serve
 
 from core.config import GPTConfig
 from core.data import repeat_corpus
@@ -16,67 +13,44 @@ from core.model import GPT
 from core.tokenizers import CharTokenizer
 
 pytestmark = pytest.mark.browser
-playwright = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-dev-shm-usage"]
-SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def app_url():
-    from playground.app import build_app, launch_kwargs
-    from playground.settings import Settings
-
-    settings = Settings.from_env()
-    demo = build_app(settings)
     tokenizer = CharTokenizer.from_text(repeat_corpus(50))
     model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=32, n_layer=2, n_head=4, n_embd=32))
-    registry = demo.registry
-    plain_get = registry.get
+    with serve() as (demo, url):
+        registry = demo.registry
+        plain_get = registry.get
 
-    def get_with_model(request):  # every session starts with a model, as if it had trained one
-        session = plain_get(request)
-        if session.model is None:
-            session.model, session.tokenizer = model, tokenizer
-        return session
+        def get_with_model(request):  # every session starts with a model, as if it had trained one
+            session = plain_get(request)
+            if session.model is None:
+                session.model, session.tokenizer = model, tokenizer
+            return session
 
-    registry.get = get_with_model
-    port = free_port()
-    demo.launch(**launch_kwargs(settings, port=port), prevent_thread_lock=True, quiet=True)
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
+        registry.get = get_with_model
+        yield url
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's Chromium at /usr/bin/chromium")
-def test_attention_tab_shows_grid_summary_and_head_view(app_url):
-    SCREENSHOTS.mkdir(exist_ok=True)
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(app_url, wait_until="domcontentloaded")
-        page.get_by_role("tab", name="Attention").click()
-        page.locator("#attention-text textarea").fill("qwhzbkad|qwhzbkad")
-        page.locator("#attention-run").click()
-        page.locator("#attention-status").get_by_text("17 tokens").wait_for(timeout=30_000)
-        # 2 layers x 4 heads: eight heatmaps, each a plotly subplot
-        page.locator("#attention-grid .heatmaplayer").first.wait_for(timeout=15_000)
-        assert page.locator("#attention-grid .heatmaplayer").count() == 8
-        assert page.locator("#attention-summary").get_by_text("H3").count() >= 1
-        page.locator("#attention-view .legendtext").first.wait_for(timeout=15_000)
-        assert page.locator("#attention-view .legendtext").count() == 4  # one entry per head
-        assert page.locator(".toast-body.error").count() == 0
-        page.screenshot(path=str(SCREENSHOTS / "attention_tab.png"), full_page=True)
+def test_attention_tab_shows_grid_summary_and_head_view(app_url, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(app_url, wait_until="domcontentloaded")
+    page.get_by_role("tab", name="Attention").click()
+    page.locator("#attention-text textarea").fill("qwhzbkad|qwhzbkad")
+    page.locator("#attention-run").click()
+    page.locator("#attention-status").get_by_text("17 tokens").wait_for(timeout=30_000)
+    # 2 layers x 4 heads: eight heatmaps, each a plotly subplot
+    page.locator("#attention-grid .heatmaplayer").first.wait_for(timeout=15_000)
+    assert page.locator("#attention-grid .heatmaplayer").count() == 8
+    assert page.locator("#attention-summary").get_by_text("H3").count() >= 1
+    page.locator("#attention-view .legendtext").first.wait_for(timeout=15_000)
+    assert page.locator("#attention-view .legendtext").count() == 4  # one entry per head
+    assert page.locator(".toast-body.error").count() == 0
+    page.screenshot(path=str(SCREENSHOTS / "attention_tab.png"), full_page=True)
 
-        # an out-of-vocabulary text shows the server's message, not a crash
-        page.locator("#attention-text textarea").fill("HELLO")
-        page.locator("#attention-run").click()
-        page.get_by_text("not in this model's vocabulary").first.wait_for(timeout=15_000)
-        browser.close()
+    # an out-of-vocabulary text shows the server's message, not a crash
+    page.locator("#attention-text textarea").fill("HELLO")
+    page.locator("#attention-run").click()
+    page.get_by_text("not in this model's vocabulary").first.wait_for(timeout=15_000)
+    page.close()

@@ -5,33 +5,16 @@ inspect a token, analyse attention, train the baby GPT. Screenshots go to tests/
 
 import re
 import time
-from pathlib import Path
 
 import pytest
+from conftest import SCREENSHOTS
 
 pytestmark = pytest.mark.browser
-sync_api = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-dev-shm-usage"]
-SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 TIMEOUT_MS = 90_000  # generous: other jobs share these 2 cores
 
 
 @pytest.fixture(scope="module")
-def browser(running_app):
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"the browser tests need Debian's Chromium at {CHROMIUM} (.ci/run installs it)")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture(scope="module")
 def page(running_app, browser):
-    SCREENSHOTS.mkdir(exist_ok=True)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(TIMEOUT_MS)
     page.errors = []

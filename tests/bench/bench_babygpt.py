@@ -78,32 +78,24 @@ def bench_core() -> None:
 def bench_app(browser: bool) -> None:
     from gradio_client import Client
 
-    from playground.app import build_app, launch_kwargs
-    from playground.settings import Settings
-    from tests.conftest import free_port
+    from tests.conftest import serve
 
-    settings = Settings.from_env({})
-    demo = build_app(settings)
-    port = free_port()
-    demo.launch(**launch_kwargs(settings, port=port), prevent_thread_lock=True, quiet=True)
-    url = f"http://127.0.0.1:{port}/"
-    try:
+    with serve() as (_demo, url):
         client = Client(url, verbose=False)
         times = [timed(lambda: client.predict(*DEFAULT_FORM, api_name="/baby_gpt_train")) for _ in range(RUNS)]
         print(f"app    /baby_gpt_train, request to trained graph: first {times[0]:.2f} s, "
               f"then median {statistics.median(times[1:]):.2f} s (paced to at least {tab.MIN_ANIMATION_S} s)")
         if browser:
             bench_browser(url)
-    finally:
-        demo.close()
 
 
 def bench_browser(url: str) -> None:
     from playwright.sync_api import sync_playwright
 
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage"]
+    from tests.conftest import CHROMIUM, CHROMIUM_ARGS
+
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path="/usr/bin/chromium", args=args)
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = chromium.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(url, wait_until="domcontentloaded")
         page.get_by_role("tab", name="Baby GPT").click()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,17 +26,13 @@ from pathlib import Path
 from gradio_client import Client
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from tests.conftest import free_port  # noqa: E402
 # The default preset's form, shortened: what a user who only presses Train gets, minus waiting.
 TRAIN_DEFAULTS = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_layer=2, n_head=4,
                       n_embd=64, block_size=32, dropout=0.0, steps=600, batch_size=32, learning_rate=3e-3,
                       seed=1337, warmup=50, eval_interval=100, weight_decay=0.01, grad_clip=1.0)
 GENERATE = ("abcdefgh|", 50, 0.8, 0, 1.0, None)  # prompt, max tokens, temperature, top-k, top-p, seed
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mb(pid: int) -> float:
