@@ -65,6 +65,7 @@ class CausalSelfAttention(nn.Module):
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.hook_pattern = HookPoint()  # (B, H, T, T_seen) attention weights
+        self.fused = True  # False: always the explicit path (see GPT.explicit_attention)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
         B, T, C = x.shape
@@ -76,7 +77,7 @@ class CausalSelfAttention(nn.Module):
             past = cache.seen(layer)
             k, v = cache.extend(layer, k, v)  # (B, H, past + T, D)
 
-        if self.hook_pattern.active:
+        if self.hook_pattern.active or not self.fused:
             # Explicit path: the weights exist as a tensor that hooks can see.
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))  # (B, H, T, past + T)
             scores = scores.masked_fill(~_causal_mask(T, past, x.device), float("-inf"))
@@ -200,6 +201,22 @@ class GPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return logits, loss
+
+    @contextlib.contextmanager
+    def explicit_attention(self) -> Iterator[None]:
+        """Attention as an explicit masked softmax instead of the fused kernel, inside the block.
+
+        For short contexts in bfloat16 on a CPU it is the faster one (PyTorch's fused CPU kernels
+        have a slow bfloat16 backward). Per model, so concurrent trainings do not interfere.
+        """
+        layers = [block.attn for block in self.blocks if block.attn is not None]
+        for attn in layers:
+            attn.fused = False
+        try:
+            yield
+        finally:
+            for attn in layers:
+                attn.fused = True
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.blocks))
