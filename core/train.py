@@ -38,6 +38,7 @@ from core.attention import attention_maps
 from core.data import TokenData, get_batch
 from core.model import GPT
 from core.optim import configure_optimizer, learning_rate_at
+from core.sample import generate
 from core.tokenizers import Tokenizer
 
 DTYPES = ("auto", "float32", "bfloat16")
@@ -291,9 +292,9 @@ class Trainer:
         self.history.append({"step": self.step, "train_loss": loss_value, "val_loss": val_loss, "lr": lr})
         event = self._event(loss_value, val_loss, lr, until)
         if self._due(cfg.sample_interval, last) and self.tokenizer is not None:
-            event.sample = self._sample()
+            event.sample = self.sample()
         if self._due(cfg.attention_interval, last):
-            event.attention = self._attention()
+            event.attention = self.probe_attention()
             event.probe_ids = self.probe_ids
         finished = time.perf_counter()
         self._extras += finished - trained
@@ -372,15 +373,14 @@ class Trainer:
             return self.tokenizer.encode(probe_text)[-block_size:]
         return self.val_data[: min(PROBE_TOKENS, block_size)].tolist()
 
-    def _sample(self) -> str:
-        from core.sample import generate  # sample.py imports nothing from here; keep it lazy anyway
-
+    def sample(self) -> str:
+        """A fresh sample of `sample_tokens` tokens from the probe's first token (needs a tokenizer)."""
         prompt = torch.tensor([self.probe_ids[:1]], device=self.device)
         rng = torch.Generator(device=self.device).manual_seed(self.config.seed + self.step)
         ids = generate(self.model, prompt, self.config.sample_tokens, generator=rng)
         return self.tokenizer.decode(ids[0].tolist())
 
-    def _attention(self) -> list[torch.Tensor]:
+    def probe_attention(self) -> list[torch.Tensor]:
         """Per layer (H, T, T) attention of the probe prompt; none for stages without attention."""
         if not self.model.config.use_attention or not self.model.blocks:
             return []

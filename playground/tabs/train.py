@@ -20,7 +20,6 @@ from pathlib import Path
 import gradio as gr
 import torch
 
-from core.attention import attention_maps
 from core.checkpoint import load as load_checkpoint_file
 from core.checkpoint import save_archive
 from core.config import STAGE_DESCRIPTIONS, STAGES, GPTConfig, stage_of
@@ -28,7 +27,6 @@ from core.data import CORPORA, TokenData, corpus_text, default_tokenizer, load_s
 from core.data import DataError, check_user_text
 from core.model import GPT
 from core.presets import PRESETS, get_preset, preset_configs
-from core.sample import generate
 from core.tokenizers import Tokenizer, token_labels, tokenizer_from_spec
 from core.train import Trainer
 from playground import validate
@@ -142,6 +140,7 @@ class TrainHandlers:
             eval_interval=validate.integer(eval_interval, "Evaluate every", 1, s.max_iters),
             weight_decay=validate.number(weight_decay, "Weight decay", 0.0, 1.0),
             grad_clip=validate.number(grad_clip, "Gradient clip", 0.0, 100.0),
+            sample_tokens=SAMPLE_TOKENS,  # the live sample's length (the UI decides when to draw one)
         )
         # The schedule decays to the preset's floor, never above the chosen rate.
         train["min_lr"] = min(train["learning_rate"], get_preset(preset).train.get("min_lr", train["learning_rate"] / 10))
@@ -273,7 +272,7 @@ class TrainHandlers:
                 raise gr.Error(event.error)
             sample = attention = gr.skip()  # unchanged unless due
             if event.done or now - last_sample >= SAMPLE_INTERVAL_S:
-                sample, last_sample = self._sample(trainer), now
+                sample, last_sample = trainer.sample(), now
             if event.done or now - last_attention >= ATTENTION_INTERVAL_S:
                 attention, last_attention = self._attention_figure(trainer), now
             yield self._update(
@@ -281,18 +280,11 @@ class TrainHandlers:
                 model_changed=_describe(session) if event.done else gr.skip(),
             )
 
-    def _sample(self, trainer: Trainer) -> str:
-        prompt = torch.tensor([trainer.probe_ids[:1]])
-        seed = trainer.config.seed + trainer.step
-        ids = generate(trainer.model, prompt, SAMPLE_TOKENS, temperature=1.0, seed=seed)
-        return trainer.tokenizer.decode(ids[0].tolist())
-
     def _attention_figure(self, trainer: Trainer):
-        model = trainer.model
-        if not model.config.use_attention or not model.blocks:
+        per_layer = trainer.probe_attention()  # per layer (H, T, T); none without attention
+        if not per_layer:
             return _note_figure("This stage has no attention yet: its tokens cannot look at each other.")
-        maps = attention_maps(model, trainer.probe_ids)  # (L, H, T, T)
-        return live_heatmap(maps, token_labels(trainer.tokenizer, trainer.probe_ids))
+        return live_heatmap(torch.stack(per_layer), token_labels(trainer.tokenizer, trainer.probe_ids))
 
     def _update(self, session: Session, *, status: str, event=None, sample=gr.skip(), attention=gr.skip(),
                 model_changed=gr.skip()) -> tuple:
