@@ -82,7 +82,7 @@ PRESETS: dict[str, Preset] = {
             ),
         ),
         Preset(
-            "repeat", "Copy task: induction head",
+            "repeat", "Copy task: a head that copies",
             "Random 8-letter words written twice (abcdefgh|abcdefgh). To copy the second half, a head "
             "looks at the letter after the earlier copy of the current one, 8 places back. Every word "
             "has 8 letters, so the model may learn a fixed offset rather than a true induction head: "

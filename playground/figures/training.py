@@ -39,6 +39,8 @@ def loss_figure(history: list[dict], max_iters: int | None = None) -> go.Figure:
     if max_iters:
         fig.update_xaxes(range=[0, max(max_iters, history[-1]["step"] if history else 0)])
     if not history:
+        fig.update_xaxes(visible=False)
+        fig.update_yaxes(visible=False)
         fig.add_annotation(
             text="Press Train: the loss appears here as the model learns.", showarrow=False,
             x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14, color="#6b7280"),
