@@ -64,7 +64,7 @@ def load_shakespeare(path: str | Path | None = None, *, download: bool = True) -
         return _read_checked(cached)
     how_to = (
         f"Download {SHAKESPEARE_URL} yourself and either pass its path, or put it at "
-        f"<folder>/tinyshakespeare/input.txt and set {DATA_DIR_ENV}=<folder>, or copy it to {cached}."
+        f"FOLDER/tinyshakespeare/input.txt and set {DATA_DIR_ENV}=FOLDER, or copy it to {cached}."
     )
     if not download:
         raise DataError(f"Tiny Shakespeare is not cached yet. {how_to}")
@@ -72,7 +72,8 @@ def load_shakespeare(path: str | Path | None = None, *, download: bool = True) -
         with urllib.request.urlopen(SHAKESPEARE_URL, timeout=20) as response:
             data = response.read()
     except OSError as error:
-        raise DataError(f"Could not download Tiny Shakespeare ({error}). {how_to}") from None
+        reason = getattr(error, "reason", None) or error  # URLError's own text is "<urlopen error ...>"
+        raise DataError(f"Could not download Tiny Shakespeare ({reason}). {how_to}") from None
     if _sha256(data) != SHAKESPEARE_SHA256:
         raise DataError(f"The downloaded Tiny Shakespeare has the wrong sha256. {how_to}")
     cached.parent.mkdir(parents=True, exist_ok=True)

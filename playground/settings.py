@@ -97,7 +97,7 @@ class Settings:
             raise ValueError(f"{cap!r} is not a cap; caps are {self.CAPS}")
         return (
             f"This server's cap is {getattr(self, cap):,}; running locally, lift it with "
-            f"`python -m playground --no-caps` or {ENV_PREFIX}{cap.upper()}=<value>."
+            f"`python -m playground --no-caps` or {ENV_PREFIX}{cap.upper()}=N."
         )
 
 
