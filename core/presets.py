@@ -18,6 +18,9 @@ from core.train import TrainConfig
 
 # nanoGPT's model choices: no biases, LM head tied to the token embedding.
 NANOGPT_MODEL = dict(bias=False, qkv_bias=False, lm_head_bias=False, tie_weights=True)
+# nanoGPT's Shakespeare schedule and optimizer: both of its recipes share these.
+NANOGPT_TRAIN = dict(learning_rate=1e-3, min_lr=1e-4, warmup_iters=100, weight_decay=0.1, beta1=0.9, beta2=0.99,
+                     grad_clip=1.0)
 # The synthetic tasks: two layers are the fewest that can form an induction head; with more,
 # the solution spreads over several heads and the pattern is less crisp (measured, see
 # tests/bench/bench_tasks.py). 128 channels make the copy task's induction head in ~100 steps.
@@ -48,11 +51,8 @@ PRESETS: dict[str, Preset] = {
             "2000 steps. About two minutes on a laptop; validation loss about 1.88.",
             "shakespeare", "char",
             model=dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0, **NANOGPT_MODEL),
-            train=dict(
-                max_iters=2000, batch_size=12, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
-                lr_decay_iters=2000, weight_decay=0.1, beta1=0.9, beta2=0.99, grad_clip=1.0,
-                eval_interval=250, eval_iters=20,
-            ),
+            train=dict(max_iters=2000, lr_decay_iters=2000, batch_size=12, eval_interval=250, eval_iters=20,
+                       **NANOGPT_TRAIN),
         ),
         Preset(
             "shakespeare-char", "Shakespeare, GPU recipe",
@@ -60,11 +60,8 @@ PRESETS: dict[str, Preset] = {
             "5000 steps of 64 sequences. Minutes on a GPU, hours on a CPU; validation loss about 1.47.",
             "shakespeare", "char",
             model=dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.2, **NANOGPT_MODEL),
-            train=dict(
-                max_iters=5000, batch_size=64, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
-                lr_decay_iters=5000, weight_decay=0.1, beta1=0.9, beta2=0.99, grad_clip=1.0,
-                eval_interval=250, eval_iters=200,
-            ),
+            train=dict(max_iters=5000, lr_decay_iters=5000, batch_size=64, eval_interval=250, eval_iters=200,
+                       **NANOGPT_TRAIN),
         ),
         Preset(
             "baby-gpt", "Baby GPT",

@@ -18,6 +18,16 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    """One thread per op, as the app runs (playground.app.configure_torch): tiny models run
+    fastest so, and a busy 2-core machine does not oversubscribe."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 # ---------------------------------------------------------------- a running app (integration, browser)
 
 

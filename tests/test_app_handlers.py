@@ -22,15 +22,6 @@ FORM = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_l
             eval_interval=10, weight_decay=0.01, grad_clip=1.0, text="", upload=None)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """As the app runs (see playground.app.configure_torch); also much faster on a busy 2-core box."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def make_ctx() -> AppContext:
     return AppContext(settings=SETTINGS, registry=SessionRegistry(10, 600), model_changed=None, tabs=None)
 

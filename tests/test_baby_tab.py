@@ -5,7 +5,6 @@ import math
 
 import gradio as gr
 import pytest
-import torch
 
 from core.babygpt import EXAMPLE_SEQUENCE, BabyConfig, BabyRun, analyse_chain, transition_graph
 from playground.context import AppContext
@@ -18,14 +17,6 @@ from playground.tabs import baby as tab
 DEFAULT_FORM = [EXAMPLE_SEQUENCE, 2, 3, 4, 4, 16, 50, 1e-3, 1337, 1.0]
 SMALL_FORM = ["0120120210", 3, 2, 1, 2, 8, 8, 1e-2, 0, 1.0]
 FRAME_LIMIT_BYTES = 400_000  # one streamed frame of the largest (81-state) chain
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture

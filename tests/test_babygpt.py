@@ -31,15 +31,6 @@ from core.babygpt import (
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread, as the app runs them (Settings.torch_threads)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def trained() -> BabyRun:
     """Karpathy's example with the defaults (seed 1337)."""

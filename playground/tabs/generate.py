@@ -14,7 +14,6 @@ from core.tokenizers import CharTokenizer, GPT2Tokenizer, Tokenizer
 from playground import validate
 from playground.context import AppContext
 from playground.figures.generation import alternatives_figure
-from playground.sessions import Session
 
 UI_INTERVAL_S = 0.2  # stream at most 5 updates a second
 N_ALTERNATIVES = 8
