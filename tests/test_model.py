@@ -149,6 +149,16 @@ def test_cache_gives_the_logits_of_a_full_forward():
         model(idx[:, :5], cache=cache)  # 20 cached + 5 > block_size 24
 
 
+def test_explicit_attention_with_a_cache_matches_the_fused_full_forward():
+    model = GPT(small_config()).eval()
+    idx = torch.randint(17, (2, 20))
+    full, _ = model(idx)
+    cache = model.new_cache()
+    with model.explicit_attention():  # chunks after a non-empty cache need the offset mask
+        chunks = [model(idx[:, a:b], cache=cache)[0] for a, b in ((0, 7), (7, 12), (12, 13), (13, 20))]
+    assert torch.allclose(torch.cat(chunks, dim=1), full, atol=1e-5)
+
+
 # ---------------------------------------------------------------- the seeds' progression
 
 
