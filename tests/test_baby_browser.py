@@ -43,6 +43,9 @@ def test_chain_animates_while_training_then_walks(running_app, browser, monkeypa
     assert chain.locator(".legendtext").filter(has_text="never in the training data").count() == 1
     chain.screenshot(path=str(SCREENSHOTS / "baby_before.png"))
 
+    # Paced to 3 s (the app's default is MIN_ANIMATION_S): the server then sends ~15 frames, and
+    # even a loaded 2-core CI machine, where the page may coalesce updates, draws several of them.
+    monkeypatch.setattr(tab, "MIN_ANIMATION_S", 3.0)
     page.evaluate(RECORD_TITLES)  # in the page: polling from here would miss fast frames
     page.locator("#baby-train").click()
     page.locator("#baby-status").get_by_text("Trained 50 steps").wait_for(timeout=60_000)
