@@ -8,7 +8,7 @@
 AdamW (decay on matrices only), linear warmup + cosine decay, gradient clipping.
 Batches come from the trainer's own seeded generators, so the same seed, config and data
 give the same loss curve on CPU, and the library never reseeds torch's global RNG (dropout
-draws from a private copy of it that is swapped in for each step).
+draws from a private CPU generator state, seeded from the config, swapped in for each step).
 
 Devices and precision: `device="auto"` picks CUDA, then Apple MPS, then the CPU; `dtype="auto"`
 trains under bfloat16 autocast where the hardware has it natively (CUDA, CPUs with AVX512-BF16
@@ -220,12 +220,13 @@ class Trainer:
         yield self._final_event(event, until)
 
     @torch.no_grad()
-    def estimate_loss(self) -> dict[str, float]:
+    def estimate_loss(self, splits: tuple[str, ...] = ("train", "val")) -> dict[str, float]:
         """Mean loss on `eval_iters` fixed batches of each split; the model keeps its mode."""
         was_training = self.model.training
         self.model.eval()
         losses = {}
-        for split, data in (("train", self.train_data), ("val", self.val_data)):
+        for split in splits:
+            data = {"train": self.train_data, "val": self.val_data}[split]
             rng = torch.Generator().manual_seed(self.config.seed + 2)  # the same batches every time
             total = torch.zeros((), device=self.device)
             for _ in range(self.config.eval_iters):
@@ -288,7 +289,7 @@ class Trainer:
         last = self.step == until
         val_loss = None
         if last or self.step % cfg.eval_interval == 0:
-            val_loss = self.estimate_loss()["val"]
+            val_loss = self.estimate_loss(("val",))["val"]  # the events report validation loss only
         self.history.append({"step": self.step, "train_loss": loss_value, "val_loss": val_loss, "lr": lr})
         event = self._event(loss_value, val_loss, lr, until)
         if self._due(cfg.sample_interval, last) and self.tokenizer is not None:

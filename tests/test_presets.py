@@ -35,12 +35,14 @@ def test_synthetic_corpora_fit_their_presets(name):
 def test_shakespeare_cpu_is_nanogpts_recipe():
     model, train = preset_configs("shakespeare-char-cpu", vocab_size=65)
     assert (model.n_layer, model.n_head, model.n_embd, model.block_size, model.dropout) == (4, 4, 128, 64, 0.0)
+    assert not (model.bias or model.qkv_bias or model.lm_head_bias) and not model.tie_weights  # measured better
     assert (train.batch_size, train.max_iters, train.learning_rate, train.min_lr) == (12, 2000, 1e-3, 1e-4)
     assert (train.warmup_iters, train.lr_decay_iters, train.beta1, train.beta2) == (100, 2000, 0.9, 0.99)
     assert (train.weight_decay, train.grad_clip, train.eval_interval, train.eval_iters) == (0.1, 1.0, 250, 20)
     gpu_model, gpu_train = preset_configs("shakespeare-char", vocab_size=65)
     assert (gpu_model.n_layer, gpu_model.n_embd, gpu_model.block_size, gpu_model.dropout) == (6, 384, 256, 0.2)
     assert (gpu_train.batch_size, gpu_train.max_iters, gpu_train.learning_rate) == (64, 5000, 1e-3)
+    assert gpu_model.tie_weights and not gpu_model.bias
 
 
 def test_baby_gpt():

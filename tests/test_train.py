@@ -159,6 +159,7 @@ def test_estimate_loss_leaves_the_mode_alone():
         assert trainer.model.training is training
         assert set(losses) == {"train", "val"} and all(math.isfinite(v) for v in losses.values())
     assert trainer.estimate_loss() == trainer.estimate_loss()  # fixed batches
+    assert trainer.estimate_loss(("val",)) == {"val": trainer.estimate_loss()["val"]}
 
 
 def test_state_dict_lets_a_new_trainer_continue_identically():

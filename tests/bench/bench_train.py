@@ -7,16 +7,23 @@ variants are interleaved A, B, A, B... so that load from other work hits them al
     python tests/bench/bench_train.py --variants fp32,bf16,compile,compile-bf16 --iters 300 --repeats 3
     # the full recipe: 2000 steps, validation loss at 2000, wall time, peak memory
     python tests/bench/bench_train.py --variants bf16 --iters 2000 --repeats 2
+    # on a GPU: nanoGPT's GPU recipe until validation loss reaches 1.48, timed from process launch
+    python tests/bench/bench_train.py --preset shakespeare-char --device cuda --variants bf16,compile-bf16 \
+        --iters 2500 --repeats 1 --target-loss 1.48 --stop-at-target
 
 Prints one line per run and a summary per variant: median ms/iter (evaluation steps excluded),
 tokens/s, the spread of the per-run medians, first-step time (includes compilation), wall time,
-peak RSS and the final validation loss, both as the trainer estimates it (20 fixed batches, like
-nanoGPT's 20 random ones) and over the whole validation split (every 64-token window, no noise).
+peak RSS (and peak GPU memory) and the final validation loss, both as the trainer estimates it
+(the preset's number of fixed batches, like nanoGPT's random ones) and over the whole validation
+split (every block-sized window, no noise). With --target-loss, also the wall time from launching
+the process (Python start, imports, data, compilation and evaluations included) to the first
+evaluation at or below that loss.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import resource
@@ -34,11 +41,15 @@ VARIANTS = {  # name -> TrainConfig overrides
     "bf16": dict(dtype="bfloat16", compile=False),
     "compile": dict(dtype="float32", compile=True),
     "compile-bf16": dict(dtype="bfloat16", compile=True),
+    # Model choices nanoGPT fixes differently, for quality comparisons across seeds.
+    "bf16-untied": dict(dtype="bfloat16", compile=False, tie_weights=False),
+    "bf16-bias": dict(dtype="bfloat16", compile=False, bias=True, qkv_bias=True),
 }
 
 
-def worker(preset: str, variant: str, iters: int, threads: int | None) -> dict:
-    """One training run in this process; returns its figures."""
+def worker(preset: str, variant: str, iters: int, threads: int | None, device: str, seed: int | None,
+           target_loss: float | None, stop_at_target: bool, launched: float) -> dict:
+    """One training run in this process; returns its figures. `launched` is the parent's time.time()."""
     sys.path.insert(0, str(REPO))
     import torch
 
@@ -53,12 +64,13 @@ def worker(preset: str, variant: str, iters: int, threads: int | None) -> dict:
     text, tokenizer = preset_corpus(preset)
     model_config, train_config = preset_configs(
         preset, tokenizer.vocab_size, max_iters=iters, lr_decay_iters=get_preset(preset).train["lr_decay_iters"],
-        **VARIANTS[variant],
+        device=device, **VARIANTS[variant], **({} if seed is None else {"seed": seed}),
     )
     data = TokenData.from_text(text, tokenizer, model_config.block_size)
     torch.manual_seed(train_config.seed)
     trainer = Trainer(GPT(model_config), data, train_config)
     step_times, first_step, last, val_loss = [], None, time.perf_counter(), None
+    evaluations, reached = [], None
     for event in trainer.run():
         now = time.perf_counter()
         if event.done:
@@ -68,15 +80,24 @@ def worker(preset: str, variant: str, iters: int, threads: int | None) -> dict:
         elif event.val_loss is None:
             step_times.append(now - last)
         last = now
-        val_loss = event.val_loss if event.val_loss is not None else val_loss
+        if event.val_loss is not None:
+            val_loss = event.val_loss
+            evaluations.append((event.step, round(val_loss, 4), round(time.time() - launched, 2)))
+            if target_loss is not None and reached is None and val_loss <= target_loss:
+                reached = {"step": event.step, "val_loss": val_loss, "since_launch_s": time.time() - launched}
+                if stop_at_target:
+                    trainer.stop()
     median = statistics.median(step_times)
-    full_val = full_split_loss(trainer.model, data.val, model_config.block_size)
+    full_val = full_split_loss(trainer.model, trainer.val_data, model_config.block_size)
+    gpu_peak_mb = torch.cuda.max_memory_allocated() / 2**20 if trainer.device.type == "cuda" else None
     return {
         "variant": variant, "iters": trainer.step, "ms_per_iter": 1000 * median,
         "tokens_per_sec": train_config.batch_size * model_config.block_size / median,
         "first_step_s": first_step, "wall_s": time.perf_counter() - started,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "val_loss": val_loss, "full_val_loss": full_val, "threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name() if trainer.device.type == "cuda" else str(trainer.device),
+        "gpu_peak_mb": gpu_peak_mb, "seed": train_config.seed, "autocast": str(trainer._amp_dtype), "evaluations": evaluations, "reached": reached,
     }
 
 
@@ -100,29 +121,58 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=300, help="steps per run (the lr schedule stays the preset's)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per variant, interleaved")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--seeds", help="comma-separated seeds, one run each per variant and round "
+                        "(default: the preset's seed)")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once (default 1: timings need a quiet CPU)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (default: cpu)")
+    parser.add_argument("--target-loss", type=float, help="report the wall time to this validation loss")
+    parser.add_argument("--stop-at-target", action="store_true", help="end a run once it reaches --target-loss")
+    parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.worker:
-        print(json.dumps(worker(args.preset, args.worker, args.iters, args.threads)))
+        print(json.dumps(worker(args.preset, args.worker, args.iters, args.threads, args.device,
+                                int(args.seeds) if args.seeds else None, args.target_loss, args.stop_at_target, args.launched)))
         return
     variants = args.variants.split(",")
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {list(VARIANTS)}")
+    seeds = [int(seed) for seed in args.seeds.split(",")] if args.seeds else [None]
+    jobs = [(round_, variant, seed) for round_ in range(args.repeats) for variant in variants for seed in seeds]
     results: dict[str, list[dict]] = {v: [] for v in variants}
-    for round_ in range(args.repeats):
-        for variant in variants:
-            command = [sys.executable, __file__, "--worker", variant, "--preset", args.preset, "--iters", str(args.iters)]
-            if args.threads:
-                command += ["--threads", str(args.threads)]
-            done = subprocess.run(command, capture_output=True, text=True, check=True)
-            result = json.loads(done.stdout.strip().splitlines()[-1])
+
+    def run_job(job: tuple[int, str, int | None]) -> tuple[int, str, dict]:
+        round_, variant, seed = job
+        command = [sys.executable, __file__, "--worker", variant, "--preset", args.preset, "--iters", str(args.iters),
+                   "--device", args.device, "--launched", repr(time.time())]
+        if args.threads:
+            command += ["--threads", str(args.threads)]
+        if seed is not None:
+            command += ["--seeds", str(seed)]
+        if args.target_loss is not None:
+            command += ["--target-loss", str(args.target_loss)] + ["--stop-at-target"] * args.stop_at_target
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        return round_, variant, json.loads(done.stdout.strip().splitlines()[-1])
+
+    # --parallel > 1 only where cores are plentiful (a GPU host): runs side by side share the CPU.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        for round_, variant, result in pool.map(run_job, jobs):
             results[variant].append(result)
-            print(f"round {round_ + 1} {variant:13} {result['ms_per_iter']:6.1f} ms/iter "
+            print(f"round {round_ + 1} {variant:13} seed {result['seed']:5} {result['ms_per_iter']:6.1f} ms/iter "
                   f"{result['tokens_per_sec']:8,.0f} tok/s  first step {result['first_step_s']:5.1f} s  "
                   f"wall {result['wall_s']:6.1f} s  peak RSS {result['peak_rss_mb']:5.0f} MB  "
-                  f"val loss {result['val_loss']:.4f} (whole split {result['full_val_loss']:.4f})", flush=True)
+                  f"val loss {result['val_loss']:.4f} (whole split {result['full_val_loss']:.4f})  "
+                  f"[{result['autocast']}]", flush=True)
+            if result["gpu_peak_mb"] is not None:
+                print(f"    on {result['device']}: peak GPU memory {result['gpu_peak_mb']:.0f} MB")
+            print(f"    evaluations (step, val loss, s since launch): {result['evaluations']}")
+            if args.target_loss is not None:
+                reached = result["reached"]
+                print(f"    validation loss <= {args.target_loss}: " + (
+                    f"{reached['val_loss']:.4f} at step {reached['step']}, {reached['since_launch_s']:.1f} s after launch"
+                    if reached else "not reached"), flush=True)
 
     print(f"\n{args.preset}, {args.iters} steps, {args.repeats} interleaved runs per variant "
           f"({results[variants[0]][0]['threads']} threads)")
@@ -136,6 +186,10 @@ def main() -> None:
               f"peak RSS {max(r['peak_rss_mb'] for r in runs):5.0f} MB, "
               f"val loss {', '.join(format(r['val_loss'], '.4f') for r in runs)} "
               f"(whole split {', '.join(format(r['full_val_loss'], '.4f') for r in runs)})")
+        if len(runs) > 1:
+            full = [r["full_val_loss"] for r in runs]
+            print(f"{'':13} whole-split val loss over {len(runs)} runs: mean {statistics.mean(full):.4f}, "
+                  f"sd {statistics.stdev(full):.4f}, min {min(full):.4f}, max {max(full):.4f}")
 
 
 if __name__ == "__main__":
