@@ -7,7 +7,7 @@ For each task: wall time, validation loss, greedy accuracy on the deterministic 
 each line, and the attention score of the best head for the pattern the task needs:
 
 - repeat: the induction target, the token after the earlier copy of the current token (i - w
-  for a word of w letters: words vary in length, so only an induction head finds it)
+  for a word of w letters; every word has 8 letters, so a fixed-offset head finds it too)
 - reverse: the anti-diagonal, the mirror position in the first half (15 - i within a line)
 - sort: the attention mass on first-half positions holding the digit written next
 
@@ -53,6 +53,7 @@ def measure(task: str, model: GPT, val: torch.Tensor, newline: int, separator: i
     """(greedy accuracy on second halves, best head's mean attention on the task's targets,
     the same with the best head chosen per query: a pattern split across heads)."""
     T = model.config.block_size
+    val = val.to(next(model.parameters()).device)
     starts = (val == newline).nonzero().flatten()[:n_lines] + 1  # each line starts after a newline
     windows = torch.stack([val[s: s + T] for s in starts.tolist() if s + T <= len(val)])
     logits, _, patterns = model(windows, return_attention=True)  # patterns: per layer (B, H, T, T)
@@ -74,6 +75,7 @@ def main() -> None:
     parser.add_argument("tasks", nargs="*", default=["repeat", "reverse", "sort"])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="preset override")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (default: cpu)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -83,7 +85,7 @@ def main() -> None:
         overrides[key] = ast.literal_eval(value)  # numbers and booleans from the command line
     for task in args.tasks:
         text, tokenizer = preset_corpus(task)
-        model_config, train_config = preset_configs(task, tokenizer.vocab_size, **overrides)
+        model_config, train_config = preset_configs(task, tokenizer.vocab_size, **{"device": args.device, **overrides})
         data = TokenData.from_text(text, tokenizer, model_config.block_size)
         torch.manual_seed(train_config.seed)
         model = GPT(model_config)
