@@ -48,8 +48,8 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "shakespeare-char-cpu", "Shakespeare, CPU recipe",
             "nanoGPT's CPU recipe: 4 layers, 4 heads, 128 channels, 64 characters of context, "
-            "2000 steps, with the output layer untied from the token embedding. About a minute on a "
-            "2-core CPU; validation loss about 1.88.",
+            "2000 steps, with the output layer untied from the token embedding. About a minute from the "
+            "command line on a 2-core CPU (longer in a shared app); validation loss about 1.88.",
             "shakespeare", "char",
             # Untied: at this size the shared matrix is a bottleneck. Over 8 paired seeds the untied
             # model ends 0.027 lower in validation loss (1.877 vs 1.905, every seed better) for 8,320
