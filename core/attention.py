@@ -11,6 +11,8 @@ patterns (Olsson et al., "In-context Learning and Induction Heads", 2022):
 - fixed-offset: looks a fixed number (2 or more) of tokens back, by position not content,
 - induction: looks at the token that followed an earlier occurrence of the current token
   (needs repeats; `induction_probe` makes a standard repeated random-token text),
+- mirror: looks as far before a centre as the current token is after it (query + key fixed),
+  the anti-diagonal that writes a word backwards,
 - uniform: spreads attention evenly, i.e. averages everything before.
 
 A pattern's score is chance-corrected: 0 means no more weight on the pattern's tokens than
@@ -27,13 +29,13 @@ from torch.nn import functional as F
 
 from core.model import GPT
 
-PATTERNS = ("previous-token", "first-token", "self", "fixed-offset", "induction")
+PATTERNS = ("previous-token", "first-token", "self", "fixed-offset", "induction", "mirror")
 STRONG_PATTERN = 0.5  # a chance-corrected score at least this high names the head
 UNIFORM_ENTROPY = 0.85  # normalised entropy at least this high (and no pattern) means "uniform"
 TIE = 0.05  # induction wins a fixed-offset score this close: on a periodic text they coincide
+MIRROR_ROWS = 3  # a mirror needs at least this many query rows: fewer fit any head by chance
 
 
-@torch.no_grad()
 @torch.no_grad()
 def attention_maps(model: GPT, ids: list[int]) -> torch.Tensor:
     """Attention weights of every layer and head on one text: (L, H, T, T).
@@ -79,6 +81,7 @@ class HeadSummary:
     score: float  # how strongly the head shows its label, 0 to 1
     scores: dict[str, float | None]  # every pattern's score (PATTERNS order); None where the text cannot show it
     offset: int | None  # how many tokens back its best fixed-offset match looks (None: text too short)
+    mirror_centre: float | None  # the position its best mirror reflects around (None: text too short)
     explanation: str  # one sentence for a learner
 
 
@@ -153,6 +156,32 @@ def offset_scores(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     return best_mass, best_score, best + 2
 
 
+def mirror_scores(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Each head's best mirror, keys k = s - q for a fixed sum s: (mass, score, s), all (L, H);
+    None if the text is too short for MIRROR_ROWS rows.
+
+    Only keys 1 .. q - 2 count: key 0 is the first token, keys q - 1 and q are previous-token
+    and self, which every sum would otherwise borrow.
+    """
+    n_tokens = maps.size(-1)
+    masses, scores, sums = [], [], []
+    for total in range(2, 2 * n_tokens):
+        first, end = (total + 3) // 2, min(total, n_tokens)  # rows q where 1 <= s - q <= q - 2
+        if end - first < MIRROR_ROWS:
+            continue
+        queries = torch.arange(first, end)
+        mass = maps[..., queries, total - queries].mean(-1)  # (L, H)
+        chance = (1 / (queries + 1).to(maps.dtype)).mean()
+        masses.append(mass)
+        scores.append(((mass - chance) / (1 - chance)).clamp(min=0))
+        sums.append(total)
+    if not scores:
+        return None
+    best_score, best = torch.stack(scores).max(dim=0)  # over sums: (L, H)
+    best_mass = torch.stack(masses).gather(0, best[None])[0]
+    return best_mass, best_score, torch.tensor(sums)[best]
+
+
 def summarize_heads(maps: torch.Tensor, ids: list[int]) -> list[HeadSummary]:
     """One `HeadSummary` per head, layer by layer, for the text `ids` that made `maps`."""
     if maps.size(-1) != len(ids):
@@ -163,6 +192,8 @@ def summarize_heads(maps: torch.Tensor, ids: list[int]) -> list[HeadSummary]:
     patterns = pattern_scores(maps, ids)
     offsets = offset_scores(maps)
     patterns["fixed-offset"] = None if offsets is None else offsets[:2]
+    mirrors = mirror_scores(maps)
+    patterns["mirror"] = None if mirrors is None else mirrors[:2]
     patterns = {name: patterns[name] for name in PATTERNS}
     summaries = []
     for layer in range(maps.size(0)):
@@ -170,12 +201,13 @@ def summarize_heads(maps: torch.Tensor, ids: list[int]) -> list[HeadSummary]:
             mass = {n: float(p[0][layer, head]) for n, p in patterns.items() if p is not None}
             scores = {n: None if p is None else float(p[1][layer, head]) for n, p in patterns.items()}
             offset = None if offsets is None else int(offsets[2][layer, head])
+            centre = None if mirrors is None else int(mirrors[2][layer, head]) / 2
             label, score, closest = _label(scores, float(normalized[layer, head]))
             summaries.append(HeadSummary(
                 layer=layer, head=head,
                 entropy=float(entropy[layer, head]), normalized_entropy=float(normalized[layer, head]),
-                label=label, score=score, scores=scores, offset=offset,
-                explanation=_explain(label, score, mass.get(label, 0.0), closest, offset, scores),
+                label=label, score=score, scores=scores, offset=offset, mirror_centre=centre,
+                explanation=_explain(label, score, mass.get(label, 0.0), closest, offset, centre, scores),
             ))
     return summaries
 
@@ -196,8 +228,9 @@ def _label(scores: dict[str, float | None], normalized_entropy: float) -> tuple[
 
 
 def _explain(label: str, score: float, mass: float, closest: str, offset: int | None,
-             scores: dict[str, float | None]) -> str:
+             centre: float | None, scores: dict[str, float | None]) -> str:
     share = f"{mass:.0%}"
+    centre_text = "the centre" if centre is None else f"position {centre:g}"
     sentences = {
         "previous-token": f"Previous-token head: {share} of each token's attention goes to the token just "
         "before it, passing 'what came before' forward (a building block of induction heads).",
@@ -208,6 +241,8 @@ def _explain(label: str, score: float, mass: float, closest: str, offset: int | 
         "back, whatever it is: it reads by position, not by content.",
         "induction": f"Induction head: when the current token appeared before, {share} of the attention "
         "goes to the token that followed it then, so the model can repeat what came next.",
+        "mirror": f"Mirror head: {share} of the attention goes as far before {centre_text} as the "
+        "current token is after it, an anti-diagonal: the move that writes a word backwards.",
         "uniform": f"Averaging head: attention is spread almost evenly ({score:.0%} of the maximum "
         "entropy), a running average of everything before.",
     }

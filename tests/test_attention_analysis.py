@@ -48,6 +48,17 @@ def induction_head(ids: list[int]) -> torch.Tensor:
     return weights
 
 
+def mirror_head(n: int, total: int) -> torch.Tensor:
+    """Rows whose key total - q is a real look back (1 <= key <= q - 2) put all weight there;
+    the other rows are uniform."""
+    weights = causal_uniform(n)
+    for q in range(n):
+        if 1 <= total - q <= q - 2:
+            weights[q] = 0
+            weights[q, total - q] = 1
+    return weights
+
+
 def stacked(*heads: torch.Tensor) -> torch.Tensor:
     return torch.stack(heads)[None]  # (1, H, T, T)
 
@@ -106,13 +117,14 @@ def test_each_textbook_head_gets_its_label():
         torch.eye(n),
         one_hot_rows(n, lambda q: max(q - 3, 0)),
         induction_head(ids),
+        mirror_head(n, 13),
         causal_uniform(n),
     ]
     summaries = summarize_heads(stacked(*heads), ids)
     assert [s.label for s in summaries] == [
-        "previous-token", "first-token", "self", "fixed-offset", "induction", "uniform",
+        "previous-token", "first-token", "self", "fixed-offset", "induction", "mirror", "uniform",
     ]
-    assert [(s.layer, s.head) for s in summaries] == [(0, h) for h in range(6)]
+    assert [(s.layer, s.head) for s in summaries] == [(0, h) for h in range(7)]
     assert summaries[0].score == pytest.approx(1.0)
     assert summaries[0].scores["first-token"] == pytest.approx(0.0, abs=0.05)
     assert summaries[3].offset == 3 and summaries[3].scores["fixed-offset"] == pytest.approx(1.0)
@@ -121,6 +133,24 @@ def test_each_textbook_head_gets_its_label():
     assert "Previous-token head: 100%" in summaries[0].explanation
     assert "3 positions back" in summaries[3].explanation
     assert "Induction head" in summaries[4].explanation and "fixed offset" not in summaries[4].explanation
+    assert summaries[5].mirror_centre == 6.5 and summaries[5].scores["mirror"] == pytest.approx(1.0)
+    assert "Mirror head: 100%" in summaries[5].explanation and "position 6.5" in summaries[5].explanation
+    assert all(s.scores["mirror"] < 0.5 for s in summaries[:5])  # no other textbook head looks like one
+
+
+def test_a_reversal_is_a_mirror_not_a_fixed_offset():
+    # "abcdefgh>hgfedcba": each letter of the reversal looks at its mirror in the word, a look-back
+    # distance that grows by 2 per row, so no single offset fits
+    word = [1, 2, 3, 4, 5, 6, 7, 8]
+    ids = word + [0] + word[::-1]
+    summary = summarize_heads(stacked(mirror_head(len(ids), 15)), ids)[0]
+    assert summary.label == "mirror" and summary.mirror_centre == 7.5
+    assert summary.scores["fixed-offset"] < 0.5
+
+
+def test_mirror_needs_enough_rows():
+    summary = summarize_heads(stacked(causal_uniform(5)), [1, 2, 3, 4, 5])[0]
+    assert summary.scores["mirror"] is None and summary.mirror_centre is None
 
 
 def test_on_a_periodic_text_induction_and_fixed_offset_are_flagged_as_alike():

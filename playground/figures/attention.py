@@ -27,7 +27,7 @@ HEAD_VIEW_MAX_ROWS = 64  # token rows in the head view before keys are grouped
 TICK_LABELS_MAX = 48  # more tokens than this on an axis and tick labels become unreadable
 LABEL_COLORS = {
     "previous-token": "#1f77b4", "first-token": "#7f7f7f", "self": "#2ca02c", "fixed-offset": "#9467bd",
-    "induction": "#d62728", "uniform": "#bcbd22", "mixed": "#e7e7e7",
+    "induction": "#d62728", "mirror": "#ff7f0e", "uniform": "#bcbd22", "mixed": "#e7e7e7",
 }
 
 
