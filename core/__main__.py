@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
         "  python -m core presets\n"
         "  python -m core train --preset shakespeare-char-cpu --out out/shakespeare\n"
+        "  python -m core train --resume out/shakespeare --max-iters 3000\n"
         "  python -m core train --preset repeat --max-iters 300 --set n_layer=3 --set learning_rate=1e-3\n"
         "  python -m core sample --checkpoint out/shakespeare --prompt 'ROMEO:' --max-new-tokens 300 --seed 1",
     )
@@ -60,11 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser(
         "train", help="train a preset and save a checkpoint",
-        description="Train a preset (python -m core presets lists them) and save a checkpoint folder.",
+        description="Train a preset (python -m core presets lists them) and save a checkpoint folder, "
+        "at every evaluation and at the end (Ctrl-C saves too). The folder holds the training state, "
+        "so --resume goes on exactly where it stopped.",
     )
-    train.add_argument("--preset", required=True, choices=list(PRESETS), metavar="NAME",
-                       help=f"one of: {', '.join(PRESETS)}")
-    train.add_argument("--out", type=Path, help="checkpoint folder (default: out/<preset>)")
+    start = train.add_mutually_exclusive_group(required=True)
+    start.add_argument("--preset", choices=list(PRESETS), metavar="NAME", help=f"one of: {', '.join(PRESETS)}")
+    start.add_argument("--resume", type=Path, metavar="DIR",
+                       help="go on training a checkpoint folder written by 'train': same preset, data and "
+                            "settings (training settings given here override them; --max-iters extends the run)")
+    train.add_argument("--out", type=Path, help="checkpoint folder (default: out/<preset>, or the --resume folder)")
     train.add_argument("--text", type=Path, metavar="FILE", help="train on this UTF-8 text file instead of the preset's corpus")
     train.add_argument("--max-iters", type=int, help="optimizer steps (the learning-rate decay follows)")
     train.add_argument("--batch-size", type=int)
@@ -128,19 +135,42 @@ def _progress(event: TrainEvent, val_loss: float | None) -> str:
 def train(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
-    preset = get_preset(args.preset)
-    if args.text:
-        text = read_text_file(args.text, min_chars=1)
-        tokenizer = default_tokenizer(preset.tokenizer, text)
+    if args.resume:
+        model, tokenizer, meta = checkpoint.load(args.resume)
+        state = checkpoint.load_trainer_state(args.resume)
+        if state is None:
+            raise ValueError(f"{args.resume} holds no training state (it was not written by 'train'); "
+                             "it can be sampled from but not resumed")
+        preset_name, text_file = meta.get("preset"), args.text or meta.get("text_file")
+        get_preset(preset_name)  # a clear error if the checkpoint names no known preset
+        text = read_text_file(text_file, min_chars=1) if text_file else preset_corpus(preset_name)[0]
+        train_config = _resumed_config(meta, _overrides(args))
+        model_config = model.config
     else:
-        text, tokenizer = preset_corpus(args.preset)
-    model_config, train_config = preset_configs(args.preset, tokenizer.vocab_size, **_overrides(args))
+        preset_name, text_file, state = args.preset, args.text, None
+        preset = get_preset(preset_name)
+        if text_file:
+            text = read_text_file(text_file, min_chars=1)
+            tokenizer = default_tokenizer(preset.tokenizer, text)
+        else:
+            text, tokenizer = preset_corpus(preset_name)
+        model_config, train_config = preset_configs(preset_name, tokenizer.vocab_size, **_overrides(args))
+        torch.manual_seed(train_config.seed)  # the initial weights; the CLI owns this process
+        model = GPT(model_config)
     data = TokenData.from_text(text, tokenizer, model_config.block_size)
-    torch.manual_seed(train_config.seed)  # the initial weights; the CLI owns this process
-    model = GPT(model_config)
     trainer = Trainer(model, data, train_config, tokenizer=tokenizer)
-    print(f"{args.preset}: {model.parameter_counts()['total']:,} parameters, {len(data.train):,} training tokens, "
-          f"device {trainer.device}, {torch.get_num_threads()} CPU threads", file=sys.stderr)
+    if state is not None:
+        trainer.load_state_dict(state)
+        if trainer.step >= train_config.max_iters:
+            raise ValueError(f"the checkpoint has already trained {trainer.step} of {train_config.max_iters} steps; "
+                             f"pass --max-iters with more than {trainer.step} to go on")
+    resumed_folder = args.resume if args.resume and args.resume.is_dir() else None
+    out = args.out or resumed_folder or Path("out") / preset_name
+    meta = {"preset": preset_name, "text_file": str(text_file) if text_file else None,
+            "train_config": train_config.to_dict()}
+    print(f"{preset_name}: {model.parameter_counts()['total']:,} parameters, {len(data.train):,} training tokens, "
+          f"device {trainer.device}, {torch.get_num_threads()} CPU threads"
+          + (f", resuming at step {trainer.step}" if state is not None else ""), file=sys.stderr)
 
     interactive = sys.stderr.isatty()
     step_times: list[float] = []
@@ -159,6 +189,7 @@ def train(args: argparse.Namespace) -> int:
                 print("\r" + _progress(event, val_loss), end="", file=sys.stderr, flush=True)
             if event.val_loss is not None:
                 print(("\r" if interactive else "") + _progress(event, val_loss), file=sys.stderr, flush=True)
+                _save(out, trainer, tokenizer, meta, val_loss)  # a crash loses at most one interval
     except KeyboardInterrupt:
         print("\ninterrupted: saving the weights learned so far", file=sys.stderr)
     if interactive:
@@ -168,10 +199,7 @@ def train(args: argparse.Namespace) -> int:
         print(event.error, file=sys.stderr)
 
     wall = time.perf_counter() - started
-    out = args.out or Path("out") / args.preset
-    meta = {"preset": args.preset, "step": trainer.step, "val_loss": val_loss,
-            "train_config": train_config.to_dict()}
-    checkpoint.save(out, model, tokenizer, meta)
+    _save(out, trainer, tokenizer, meta, val_loss)
     median = statistics.median(step_times) if step_times else float("nan")
     tokens = train_config.batch_size * model_config.block_size
     print(
@@ -180,6 +208,22 @@ def train(args: argparse.Namespace) -> int:
         f"checkpoint saved to {out}", file=sys.stderr,
     )
     return 1 if failed else 0
+
+
+def _resumed_config(meta: dict, overrides: dict) -> TrainConfig:
+    """The checkpoint's training settings with the command line's training overrides on top."""
+    saved = meta.get("train_config")
+    if not isinstance(saved, dict):
+        raise ValueError("the checkpoint records no training settings; it cannot be resumed")
+    model_fields = {field.name for field in dataclasses.fields(GPTConfig)}
+    if set(overrides) & model_fields:
+        raise ValueError(f"a resumed run keeps its model; drop {sorted(set(overrides) & model_fields)}")
+    return TrainConfig(**{**saved, **overrides})
+
+
+def _save(out: Path, trainer: Trainer, tokenizer, meta: dict, val_loss: float | None) -> None:
+    meta = {**meta, "step": trainer.step, "val_loss": val_loss}
+    checkpoint.save(out, trainer.model, tokenizer, meta, trainer_state=trainer.state_dict())
 
 
 # ---------------------------------------------------------------- sample

@@ -4,6 +4,9 @@ A checkpoint is a folder (or a .zip of the same two files, for downloads and upl
 
     model.safetensors   the weights (a tied LM head is stored once, as the token embedding)
     config.json         {"format", "version", "model": GPTConfig, "tokenizer": spec, "meta": {...}}
+    trainer.safetensors optional: what training needs to go on exactly where it stopped (AdamW's
+                        moments, the batch and dropout random states; the step, elapsed time, loss
+                        curve and optimizer settings as JSON in the file's metadata)
 
 Everything read is checked, and any problem (bad JSON, a missing or extra tensor, a wrong
 shape, a truncated file, an oversized zip member) is a `CheckpointError` whose message says
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import zipfile
 from pathlib import Path
@@ -31,8 +35,11 @@ FORMAT = "attention-playground-checkpoint"
 VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+TRAINER_FILE = "trainer.safetensors"
 MAX_WEIGHTS_BYTES = 2 << 30  # 2 GiB: GPT-2 small in float32 is 0.5 GiB
 MAX_CONFIG_BYTES = 4 << 20  # a character vocabulary is small; 4 MiB is generous
+MAX_TRAINER_BYTES = 2 * MAX_WEIGHTS_BYTES + (64 << 20)  # two moments per weight, plus the curve
+_OPTIMIZER_KEY = re.compile(r"optimizer\.(\d+)\.(\w+)")
 
 
 class CheckpointError(ValueError):
@@ -81,19 +88,46 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def save(path: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict | None = None) -> Path:
-    """Write a checkpoint folder at `path` (created if needed); returns the folder."""
+def encode_trainer_state(state: dict) -> bytes:
+    """`Trainer.state_dict()` as safetensors bytes: tensors as tensors, the rest as JSON metadata."""
+    tensors = {"rng.batch": state["batch_rng"], "rng.dropout": state["dropout_rng"]}
+    for index, moments in state["optimizer"]["state"].items():
+        for key, value in moments.items():
+            tensors[f"optimizer.{index}.{key}"] = value.detach().to("cpu").contiguous()
+    info = {key: state[key] for key in ("step", "elapsed", "history")}
+    info["param_groups"] = state["optimizer"]["param_groups"]
+    try:
+        metadata = {"trainer": json.dumps(info, allow_nan=True)}  # a diverged run's curve may hold NaN
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"the training state is not plain JSON data: {error}") from None
+    return save_safetensors_bytes(tensors, metadata=metadata)
+
+
+def save(path: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict | None = None,
+         trainer_state: dict | None = None) -> Path:
+    """Write a checkpoint folder at `path` (created if needed); returns the folder.
+
+    With `trainer_state` (`Trainer.state_dict()`), training can later resume exactly; without it,
+    a trainer file left from an earlier save is removed, so the folder never mixes two runs.
+    """
     weights, config = _encode(model, tokenizer, meta)
+    trainer = None if trainer_state is None else encode_trainer_state(trainer_state)
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     _write_atomic(folder / WEIGHTS_FILE, weights)
     _write_atomic(folder / CONFIG_FILE, config)
+    if trainer is None:
+        (folder / TRAINER_FILE).unlink(missing_ok=True)
+    else:
+        _write_atomic(folder / TRAINER_FILE, trainer)
     return folder
 
 
-def save_archive(path: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict | None = None) -> Path:
+def save_archive(path: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict | None = None,
+                 trainer_state: dict | None = None) -> Path:
     """Write the checkpoint as one .zip file (suffix added if missing); returns its path."""
     weights, config = _encode(model, tokenizer, meta)
+    trainer = None if trainer_state is None else encode_trainer_state(trainer_state)
     archive = Path(path)
     if archive.suffix != ".zip":
         archive = archive.with_name(archive.name + ".zip")
@@ -104,6 +138,8 @@ def save_archive(path: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict 
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
             zf.writestr(CONFIG_FILE, config)
             zf.writestr(WEIGHTS_FILE, weights)
+            if trainer is not None:
+                zf.writestr(TRAINER_FILE, trainer)
         os.replace(tmp, archive)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -205,3 +241,65 @@ def _decode(weights: bytes, config: bytes) -> tuple[GPT, Tokenizer, dict]:
     # strict=False only because a tied LM head is stored once; the key check above is the strict one.
     model.load_state_dict(tensors, strict=False)
     return model.eval(), tokenizer, meta
+
+
+def load_trainer_state(path: str | Path) -> dict | None:
+    """The training state saved with a checkpoint (for `Trainer.load_state_dict`), or None if it
+    has none. Whether it fits a trainer's parameters is checked when a trainer loads it."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / TRAINER_FILE).is_file():
+            return None
+        data = _read_file(path / TRAINER_FILE, MAX_TRAINER_BYTES)
+    elif path.is_file():
+        try:
+            with zipfile.ZipFile(path) as zf:
+                if TRAINER_FILE not in zf.namelist():
+                    return None
+                data = _read_member(zf, TRAINER_FILE, MAX_TRAINER_BYTES)
+        except zipfile.BadZipFile as error:
+            raise CheckpointError(f"{path.name} is not a checkpoint folder or a valid .zip ({error})") from None
+        except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as error:
+            raise CheckpointError(f"{path.name} could not be read as a zip archive ({error})") from None
+    else:
+        raise CheckpointError(f"no checkpoint at {path}")
+    return decode_trainer_state(data)
+
+
+def decode_trainer_state(data: bytes) -> dict:
+    """The inverse of `encode_trainer_state`, with every field checked (a `CheckpointError` if not)."""
+    damaged = f"{TRAINER_FILE} is damaged or truncated"
+    try:
+        tensors = load_safetensors_bytes(data)
+        header = json.loads(data[8: 8 + int.from_bytes(data[:8], "little")])  # safetensors: length, JSON header
+        info = json.loads(header["__metadata__"]["trainer"])
+    except (SafetensorError, ValueError, RuntimeError, KeyError, TypeError) as error:
+        raise CheckpointError(f"{damaged} ({error})") from None
+    if not isinstance(info, dict):
+        raise CheckpointError(f"{damaged}: its metadata is not a JSON object")
+    step, elapsed, history, groups = (info.get(key) for key in ("step", "elapsed", "history", "param_groups"))
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CheckpointError(f"{damaged}: step must be a non-negative integer, got {step!r}")
+    if not isinstance(elapsed, (int, float)) or isinstance(elapsed, bool) or not elapsed >= 0:
+        raise CheckpointError(f"{damaged}: elapsed must be a non-negative number of seconds, got {elapsed!r}")
+    if not isinstance(history, list) or not all(isinstance(row, dict) for row in history):
+        raise CheckpointError(f"{damaged}: history must be a list of JSON objects")
+    if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("params"), list)
+                                               for g in groups):
+        raise CheckpointError(f"{damaged}: param_groups must be a list of objects with 'params'")
+    for name in ("rng.batch", "rng.dropout"):
+        if tensors.get(name) is None or tensors[name].dtype != torch.uint8 or tensors[name].dim() != 1:
+            raise CheckpointError(f"{damaged}: {name} must be a byte tensor")
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for name, tensor in tensors.items():
+        if name.startswith("rng."):
+            continue
+        match = _OPTIMIZER_KEY.fullmatch(name)
+        if match is None:
+            raise CheckpointError(f"{damaged}: unexpected tensor {name}")
+        state.setdefault(int(match[1]), {})[match[2]] = tensor
+    return {
+        "step": step, "elapsed": float(elapsed), "history": history,
+        "optimizer": {"state": state, "param_groups": groups},
+        "batch_rng": tensors["rng.batch"], "dropout_rng": tensors["rng.dropout"],
+    }

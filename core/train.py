@@ -249,6 +249,12 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Go on from a `state_dict()` (this trainer's, another's, or one saved in a checkpoint).
+
+        A state that does not fit this model (other parameter shapes, damaged random states) is a
+        ValueError, raised before anything changes.
+        """
+        self._check_state(state)
         self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         self._batch_rng.set_state(state["batch_rng"])
         self._dropout_rng = state["dropout_rng"].clone()
@@ -256,6 +262,28 @@ class Trainer:
         self.elapsed = float(state["elapsed"])
         self.history = [dict(row) for row in state["history"]]
         self._last_good = [p.detach().clone() for p in self._params]
+
+    def _check_state(self, state: dict) -> None:
+        saved_groups = state["optimizer"]["param_groups"]
+        ours = self.optimizer.param_groups
+        if [len(g["params"]) for g in saved_groups] != [len(g["params"]) for g in ours]:
+            raise ValueError("the training state belongs to a model with other parameters; it cannot continue this one")
+        # state_dict() numbers parameters group by group; map those numbers onto our parameters
+        params = dict(zip((i for g in saved_groups for i in g["params"]), (p for g in ours for p in g["params"])))
+        for index, moments in state["optimizer"]["state"].items():
+            if index not in params or not {"step", "exp_avg", "exp_avg_sq"} <= set(moments):
+                raise ValueError(f"the training state's optimizer entry {index} is incomplete or unknown")
+            for key in ("exp_avg", "exp_avg_sq"):
+                if moments[key].shape != params[index].shape:
+                    raise ValueError(
+                        f"the training state has a moment of shape {tuple(moments[key].shape)} for a parameter "
+                        f"of shape {tuple(params[index].shape)}: it belongs to another model"
+                    )
+        for name in ("batch_rng", "dropout_rng"):
+            try:
+                torch.Generator().set_state(state[name])
+            except (RuntimeError, TypeError) as error:
+                raise ValueError(f"the training state's {name} is not a random-generator state ({error})") from None
 
     # ------------------------------------------------------------------ one step
 

@@ -50,6 +50,7 @@ class Session:
     model: Any = None  # core.model.GPT | None (Train tab; a loaded checkpoint)
     tokenizer: Any = None  # core.tokenizers.Tokenizer | None (Train tab)
     trainer: Any = None  # core.train.Trainer | None: keeps the optimizer, so Train continues (Train)
+    resume_state: Any = None  # an uploaded checkpoint's training state, for the next Train (Train)
     train_config: Any = None  # core.train.TrainConfig | None of the last run (Train)
     corpus_name: str | None = None  # what the model was trained on, for display (Train)
     model_key: Any = None  # what identifies "the same model" for Train-to-continue (Train)

@@ -228,6 +228,18 @@ def test_checkpoint_round_trip_into_another_session(trained):
     assert ctx.registry.get("b").trainer.step == 25
 
 
+def test_an_uploaded_checkpoint_trains_on_exactly_as_the_session_that_saved_it(train, ctx):
+    run_train(train, "x")
+    path = train.save_checkpoint("x")
+    assert "trainer.safetensors" in zipfile.ZipFile(path).namelist()
+    train.load_checkpoint(path, "y")
+    for session in ("x", "y"):
+        run_train(train, session, steps=25)
+    x, y = ctx.registry.get("x"), ctx.registry.get("y")
+    assert x.trainer.step == y.trainer.step == 25 and y.resume_state is None
+    assert same(weights(x.model), weights(y.model))  # the same AdamW moments and batches went on
+
+
 def test_bad_checkpoints_are_refused_and_the_model_stays(trained, tmp_path):
     ctx, train, _ = trained
     model = ctx.registry.get("a").model

@@ -167,3 +167,70 @@ def test_missing_archive_member(tmp_path):
         zf.writestr("config.json", "{}")
     with pytest.raises(CheckpointError, match="no model.safetensors"):
         load(partial)
+
+
+# ---------------------------------------------------------------- the training state
+
+
+def training_state(model: GPT) -> dict:
+    """A real state: one AdamW step on `model`, as `Trainer.state_dict()` shapes it."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(IDX, IDX)[1].backward()
+    optimizer.step()
+    return {"step": 1, "elapsed": 0.5, "history": [{"step": 1, "train_loss": 2.0, "val_loss": None, "lr": 1e-3}],
+            "optimizer": optimizer.state_dict(), "batch_rng": torch.Generator().get_state(),
+            "dropout_rng": torch.Generator().manual_seed(1).get_state()}
+
+
+def test_training_state_round_trips_and_is_optional(tmp_path):
+    model = small_model()
+    state = training_state(model)
+    folder = save(tmp_path / "ck", model, TOKENIZER, trainer_state=state)
+    loaded = checkpoint.load_trainer_state(folder)
+    assert (loaded["step"], loaded["elapsed"], loaded["history"]) == (1, 0.5, state["history"])
+    assert torch.equal(loaded["batch_rng"], state["batch_rng"])
+    assert loaded["optimizer"]["param_groups"] == json.loads(json.dumps(state["optimizer"]["param_groups"]))
+    for index, moments in state["optimizer"]["state"].items():
+        for key, value in moments.items():
+            assert torch.equal(loaded["optimizer"]["state"][index][key], value)
+    save(folder, model, TOKENIZER)  # saved again without a state: the old one must not linger
+    assert not (folder / "trainer.safetensors").exists() and checkpoint.load_trainer_state(folder) is None
+    assert checkpoint.load_trainer_state(save_archive(tmp_path / "plain", model, TOKENIZER)) is None
+
+
+def damage_trainer_file(folder, change):
+    path = folder / "trainer.safetensors"
+    tensors = load_file(path)
+    with open(path, "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    info = json.loads(header["__metadata__"]["trainer"])
+    tensors, info = change(tensors, info)
+    save_file(tensors, path, metadata={"trainer": json.dumps(info)})
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t, i: (t, {**i, "step": -1}), "step must be a non-negative integer"),
+    (lambda t, i: (t, {**i, "elapsed": "soon"}), "elapsed must be"),
+    (lambda t, i: (t, {**i, "history": [1, 2]}), "history must be a list of JSON objects"),
+    (lambda t, i: (t, {k: v for k, v in i.items() if k != "param_groups"}), "param_groups must be"),
+    (lambda t, i: ({**t, "rng.batch": torch.zeros(3)}, i), "rng.batch must be a byte tensor"),
+    (lambda t, i: ({**t, "surprise": torch.zeros(1)}, i), "unexpected tensor surprise"),
+])
+def test_damaged_training_states_give_clear_errors(tmp_path, change, message):
+    model = small_model()
+    folder = save(tmp_path / "ck", model, TOKENIZER, trainer_state=training_state(model))
+    damage_trainer_file(folder, change)
+    with pytest.raises(CheckpointError, match=message):
+        checkpoint.load_trainer_state(folder)
+
+
+def test_truncated_or_foreign_training_state_gives_a_clear_error(tmp_path):
+    model = small_model()
+    folder = save(tmp_path / "ck", model, TOKENIZER, trainer_state=training_state(model))
+    path = folder / "trainer.safetensors"
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match="damaged or truncated"):
+        checkpoint.load_trainer_state(folder)
+    save_file({"x": torch.zeros(2)}, path)  # valid safetensors, but no training state in it
+    with pytest.raises(CheckpointError, match="damaged or truncated"):
+        checkpoint.load_trainer_state(folder)

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 from core.checkpoint import load
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,3 +55,28 @@ def test_mistakes_give_messages_not_tracebacks(tmp_path):
     missing = run_cli("sample", "--checkpoint", str(tmp_path / "nothing"))
     assert missing.returncode == 2 and "error: no checkpoint" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_resume_goes_on_exactly_where_the_run_stopped(tmp_path):
+    """4 steps, then --resume to 8, ends with the weights of one uninterrupted 8-step run (CPU)."""
+    schedule = ["--set", "lr_decay_iters=8", "--eval-interval", "4", "--threads", "1", *TINY]
+    whole = run_cli("train", "--preset", "repeat", "--max-iters", "8", "--out", str(tmp_path / "whole"), *schedule)
+    assert whole.returncode == 0, whole.stderr
+    first = run_cli("train", "--preset", "repeat", "--max-iters", "4", "--out", str(tmp_path / "split"), *schedule)
+    assert first.returncode == 0, first.stderr
+    assert (tmp_path / "split" / "trainer.safetensors").is_file()
+    resumed = run_cli("train", "--resume", str(tmp_path / "split"), "--max-iters", "8", "--threads", "1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming at step 4" in resumed.stderr and "8/8" in resumed.stderr
+
+    (whole_model, _, whole_meta), (split_model, _, split_meta) = load(tmp_path / "whole"), load(tmp_path / "split")
+    assert split_meta["step"] == 8 and split_meta["val_loss"] == whole_meta["val_loss"]
+    for (name, a), b in zip(whole_model.state_dict().items(), split_model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+    again = run_cli("train", "--resume", str(tmp_path / "split"))  # nothing left to train
+    assert again.returncode == 2 and "already trained 8 of 8 steps" in again.stderr
+    changed = run_cli("train", "--resume", str(tmp_path / "split"), "--max-iters", "9", "--set", "n_layer=2")
+    assert changed.returncode == 2 and "keeps its model" in changed.stderr
+    both = run_cli("train", "--resume", str(tmp_path / "split"), "--preset", "repeat")
+    assert both.returncode == 2 and "not allowed with" in both.stderr

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from core import checkpoint
 from core.config import GPTConfig
 from core.data import TokenData, repeat_corpus
 from core.model import GPT
@@ -194,3 +195,39 @@ def test_data_shorter_than_the_context_is_refused():
     short = TokenData(train=torch.zeros(100, dtype=torch.long), val=torch.zeros(10, dtype=torch.long))
     with pytest.raises(ValueError, match="too short"):
         Trainer(model, short, TrainConfig())
+
+
+def test_training_state_survives_a_checkpoint_and_continues_identically(tmp_path):
+    """Saved with the weights (folder and zip), the state lets a fresh process go on exactly."""
+    whole = tiny_trainer()
+    list(whole.run())
+    first = tiny_trainer()
+    list(first.run(until=3))
+    folder = checkpoint.save(tmp_path / "ck", first.model, TOKENIZER, trainer_state=first.state_dict())
+    archive = checkpoint.save_archive(tmp_path / "ck", first.model, TOKENIZER, trainer_state=first.state_dict())
+    for path in (folder, archive):
+        model, _, _ = checkpoint.load(path)
+        state = checkpoint.load_trainer_state(path)
+        assert state["step"] == 3 and len(state["history"]) == 3
+        resumed = tiny_trainer(model.train())
+        resumed.load_state_dict(state)
+        list(resumed.run())
+        # (the split run also estimated validation loss at step 3, where its first part ended)
+        assert [(r["step"], r["train_loss"], r["lr"]) for r in resumed.history] == \
+            [(r["step"], r["train_loss"], r["lr"]) for r in whole.history]
+        assert_same_weights(weights(resumed.model), weights(whole.model))
+
+
+def test_a_training_state_for_another_model_is_refused_before_anything_changes(tmp_path):
+    small = tiny_trainer()
+    list(small.run(until=2))
+    other = tiny_trainer(tiny_model(n_embd=32))
+    before = weights(other.model)
+    with pytest.raises(ValueError, match="belongs to another model"):
+        other.load_state_dict(small.state_dict())
+    assert other.step == 0 and not other.optimizer.state
+    assert_same_weights(weights(other.model), before)
+    broken = small.state_dict()
+    broken["batch_rng"] = torch.zeros(3, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="batch_rng is not a random-generator state"):
+        tiny_trainer().load_state_dict(broken)

@@ -21,6 +21,7 @@ import gradio as gr
 import torch
 
 from core.checkpoint import load as load_checkpoint_file
+from core.checkpoint import load_trainer_state
 from core.checkpoint import save_archive
 from core.config import STAGE_DESCRIPTIONS, STAGES, GPTConfig, stage_of
 from core.data import CORPORA, TokenData, corpus_text, default_tokenizer, load_shakespeare, read_text_file
@@ -243,7 +244,11 @@ class TrainHandlers:
             trainer = Trainer(model, data, train_config, tokenizer=fresh)
         if session.trainer is not None:
             trainer.load_state_dict(session.trainer.state_dict())  # optimizer, step, history, RNG
-        else:  # a new model, or a loaded checkpoint: its steps and curve go on
+        elif session.resume_state is not None:  # an uploaded checkpoint that carries its training state
+            with validate.user_errors():
+                trainer.load_state_dict(session.resume_state)
+            session.resume_state = None
+        else:  # a new model, or a checkpoint without a training state: its steps and curve go on
             trainer.step, trainer.history = start, list(session.history)
         note = (f"Continuing from step {start}." if start else "Training a new model.")
         session.model, session.tokenizer, session.trainer = model, fresh, trainer
@@ -304,7 +309,7 @@ class TrainHandlers:
         """Forget this session's model (not while it trains)."""
         with self.registry.job(request, "reset") as session:
             session.model = session.tokenizer = session.trainer = session.train_config = None
-            session.corpus_name, session.history = None, []
+            session.corpus_name, session.history, session.resume_state = None, [], None
             session.last_text, session.last_steps = "", []
         return "Model discarded. Press Train to start a new one.", _progress_html(None), loss_figure([]), "", _note_figure(
             "Press Train: the attention of each head on a probe prompt appears here."
@@ -343,7 +348,16 @@ class TrainHandlers:
             folder = self.scratch / session.id
             shutil.rmtree(folder, ignore_errors=True)  # only the latest checkpoint of a session is kept
             with validate.user_errors():
-                return str(save_archive(folder / f"gpt-step{_step(session)}.zip", session.model, session.tokenizer, meta))
+                return str(save_archive(folder / f"gpt-step{_step(session)}.zip", session.model, session.tokenizer, meta,
+                                        trainer_state=self._training_state(session)))
+
+    def _training_state(self, session: Session) -> dict | None:
+        """What Train needs to continue exactly (AdamW's moments, the random states), if the download
+        can still be uploaded here with it: weights plus two moments are ~12 bytes a parameter."""
+        state = session.trainer.state_dict() if session.trainer is not None else session.resume_state
+        if state is None or 12 * session.model.parameter_counts()["total"] > 0.9 * self.settings.max_upload_bytes:
+            return None
+        return state
 
     def load_checkpoint(self, upload, request: gr.Request) -> tuple:
         """Replace the session's model with an uploaded checkpoint, and set the form to match it."""
@@ -352,11 +366,12 @@ class TrainHandlers:
         with self.registry.job(request, "loading a checkpoint") as session:
             with validate.user_errors():
                 model, tokenizer, meta = load_checkpoint_file(_upload_path(upload))
+                resume_state = load_trainer_state(_upload_path(upload))
             self._check_caps(model.config)
             history = meta.get("history") if isinstance(meta.get("history"), list) else []
             history = [row for row in history if isinstance(row, dict) and {"step", "train_loss"} <= set(row)]
             session.model, session.tokenizer, session.trainer = model.train(), tokenizer, None
-            session.history, session.train_config = history, None
+            session.history, session.train_config, session.resume_state = history, None, resume_state
             session.corpus_name = str(meta.get("corpus") or "an uploaded checkpoint")
             session.last_text, session.last_steps = "", []
         config = model.config
@@ -534,6 +549,8 @@ def build(ctx: AppContext) -> TrainHandlers:
                 with gr.Row():
                     save_btn = gr.Button("Prepare download (.zip)")
                     checkpoint_file = gr.File(label="Checkpoint", interactive=False)
+                gr.Markdown("The download holds the weights and, for models that still fit the upload cap, "
+                            "the optimizer's state: uploaded again, **Train** continues exactly where it stopped.")
                 checkpoint_upload = gr.File(label="Upload a checkpoint .zip to continue or inspect it",
                                             file_types=[".zip"], type="filepath")
 
