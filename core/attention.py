@@ -143,17 +143,12 @@ def offset_scores(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     """
     n_tokens = maps.size(-1)
     positions = torch.arange(n_tokens, dtype=maps.dtype)
-    masses, scores = [], []
+    candidates = {}
     for d in range(2, n_tokens - 1):
         mass = maps.diagonal(offset=-d, dim1=-2, dim2=-1)[..., 1:].mean(-1)  # rows q = d+1 .. T-1: (L, H)
         chance = (1 / (positions[d + 1:] + 1)).mean()  # what uniform attention would put there
-        masses.append(mass)
-        scores.append(((mass - chance) / (1 - chance)).clamp(min=0))
-    if not scores:
-        return None
-    best_score, best = torch.stack(scores).max(dim=0)  # over distances: (L, H)
-    best_mass = torch.stack(masses).gather(0, best[None])[0]
-    return best_mass, best_score, best + 2
+        candidates[d] = (mass, chance)
+    return _best_candidate(candidates)
 
 
 def mirror_scores(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
@@ -164,7 +159,7 @@ def mirror_scores(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     and self, which every sum would otherwise borrow.
     """
     n_tokens = maps.size(-1)
-    masses, scores, sums = [], [], []
+    candidates = {}
     for total in range(2, 2 * n_tokens):
         first, end = (total + 3) // 2, min(total, n_tokens)  # rows q where 1 <= s - q <= q - 2
         if end - first < MIRROR_ROWS:
@@ -172,14 +167,22 @@ def mirror_scores(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
         queries = torch.arange(first, end)
         mass = maps[..., queries, total - queries].mean(-1)  # (L, H)
         chance = (1 / (queries + 1).to(maps.dtype)).mean()
-        masses.append(mass)
-        scores.append(((mass - chance) / (1 - chance)).clamp(min=0))
-        sums.append(total)
-    if not scores:
+        candidates[total] = (mass, chance)
+    return _best_candidate(candidates)
+
+
+def _best_candidate(candidates: dict[int, tuple[torch.Tensor, torch.Tensor]]
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """{value: (mass (L, H), chance)} -> each head's best value by chance-corrected score:
+    (mass, score, value), all (L, H); None without candidates."""
+    if not candidates:
         return None
-    best_score, best = torch.stack(scores).max(dim=0)  # over sums: (L, H)
-    best_mass = torch.stack(masses).gather(0, best[None])[0]
-    return best_mass, best_score, torch.tensor(sums)[best]
+    values = torch.tensor(list(candidates))
+    masses = torch.stack([mass for mass, _ in candidates.values()])  # (V, L, H)
+    chances = torch.stack([torch.as_tensor(chance) for _, chance in candidates.values()])[:, None, None]
+    scores = ((masses - chances) / (1 - chances)).clamp(min=0)
+    best_score, best = scores.max(dim=0)  # over the candidates: (L, H)
+    return masses.gather(0, best[None])[0], best_score, values[best]
 
 
 def summarize_heads(maps: torch.Tensor, ids: list[int]) -> list[HeadSummary]:

@@ -15,11 +15,13 @@ what is wrong, never a crash or a silently half-loaded model.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -171,15 +173,22 @@ def _read_file(path: Path, limit: int) -> bytes:
     return path.read_bytes()
 
 
-def _read_archive(path: Path) -> tuple[bytes, bytes]:
+@contextlib.contextmanager
+def _open_archive(path: Path) -> Iterator[zipfile.ZipFile]:
+    """A checkpoint .zip, open for reading; a damaged archive is a CheckpointError."""
     try:
         with zipfile.ZipFile(path) as zf:
-            return (_read_member(zf, WEIGHTS_FILE, MAX_WEIGHTS_BYTES),
-                    _read_member(zf, CONFIG_FILE, MAX_CONFIG_BYTES))
+            yield zf
     except zipfile.BadZipFile as error:
         raise CheckpointError(f"{path.name} is not a checkpoint folder or a valid .zip ({error})") from None
     except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as error:
         raise CheckpointError(f"{path.name} could not be read as a zip archive ({error})") from None
+
+
+def _read_archive(path: Path) -> tuple[bytes, bytes]:
+    with _open_archive(path) as zf:
+        return (_read_member(zf, WEIGHTS_FILE, MAX_WEIGHTS_BYTES),
+                _read_member(zf, CONFIG_FILE, MAX_CONFIG_BYTES))
 
 
 def _read_member(zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
@@ -252,15 +261,10 @@ def load_trainer_state(path: str | Path) -> dict | None:
             return None
         data = _read_file(path / TRAINER_FILE, MAX_TRAINER_BYTES)
     elif path.is_file():
-        try:
-            with zipfile.ZipFile(path) as zf:
-                if TRAINER_FILE not in zf.namelist():
-                    return None
-                data = _read_member(zf, TRAINER_FILE, MAX_TRAINER_BYTES)
-        except zipfile.BadZipFile as error:
-            raise CheckpointError(f"{path.name} is not a checkpoint folder or a valid .zip ({error})") from None
-        except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as error:
-            raise CheckpointError(f"{path.name} could not be read as a zip archive ({error})") from None
+        with _open_archive(path) as zf:
+            if TRAINER_FILE not in zf.namelist():
+                return None
+            data = _read_member(zf, TRAINER_FILE, MAX_TRAINER_BYTES)
     else:
         raise CheckpointError(f"no checkpoint at {path}")
     return decode_trainer_state(data)
