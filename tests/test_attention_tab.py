@@ -62,6 +62,24 @@ def test_analyse_fills_every_output_and_keeps_the_analysis(ctx, handlers):
     assert session.job_name is None  # the job lock was released
 
 
+def test_analyse_opens_the_most_distinctive_head(ctx, handlers):
+    session = give_model(ctx)
+
+    def previous_token_head(module, inputs, pattern):  # layer 1, head 2 becomes a textbook head
+        pattern = pattern.clone()
+        n = pattern.size(-1)
+        pattern[:, 2] = torch.eye(n).roll(-1, dims=1).tril()  # row q -> key q - 1
+        pattern[:, 2, 0, 0] = 1
+        return pattern
+
+    session.model.blocks[1].attn.hook_pattern.register_forward_hook(previous_token_head)
+    status, _, _, _, layer, head, _, large, view = handlers.analyse("abcdefgh", "alice")
+    assert (layer.value, head.value) == (1, 2)
+    assert "L1 H2 previous-token (1.00)" in status and "the strongest is open below" in status
+    assert "Layer 1, head 2" in figure_json(large)["layout"]["title"]["text"]
+    assert "Layer 1" in figure_json(view)["layout"]["title"]["text"]
+
+
 def test_analyse_hints_at_the_induction_probe_when_nothing_repeats(ctx, handlers):
     give_model(ctx)
     status = handlers.analyse("abcdefg", "alice")[0]

@@ -84,17 +84,19 @@ class AttentionHandlers:
         maps = analysis.weights()
         n_layer, n_head, n_tokens, _ = maps.shape
         query = n_tokens - 1  # the last token: the one whose next token the model predicts
+        standouts = _standouts(analysis)  # open the most distinctive head, not an arbitrary first one
+        layer, head = (standouts[0].layer, standouts[0].head) if standouts else (0, 0)
         return (
             _status(analysis),
             figures.heatmap_grid(maps, analysis.labels),
             figures.summary_figure(analysis.summaries),
             figures.summary_table(analysis.summaries),
-            gr.Dropdown(choices=[(f"Layer {i}", i) for i in range(n_layer)], value=0),
-            gr.Dropdown(choices=[(f"Head {i}", i) for i in range(n_head)], value=0),
+            gr.Dropdown(choices=[(f"Layer {i}", i) for i in range(n_layer)], value=layer),
+            gr.Dropdown(choices=[(f"Head {i}", i) for i in range(n_head)], value=head),
             gr.Dropdown(choices=[(name, i) for i, name in enumerate(figures.axis_labels(
                 analysis.labels, [(t, t + 1) for t in range(n_tokens)]))], value=query),
-            figures.head_heatmap(maps[0, 0], analysis.labels, 0, 0),
-            figures.head_view(head_view(maps, query)[0], analysis.labels, query, 0),
+            figures.head_heatmap(maps[layer, head], analysis.labels, layer, head),
+            figures.head_view(head_view(maps, query)[layer], analysis.labels, query, layer),
         )
 
     def show_head(self, layer, head, request: gr.Request):
@@ -168,14 +170,19 @@ def _trained(session: Session) -> tuple[GPT, Tokenizer]:
     return session.model, session.tokenizer
 
 
+def _standouts(analysis: Analysis) -> list[HeadSummary]:
+    """Up to 4 heads with a named pattern, strongest first."""
+    named = (s for s in analysis.summaries if s.label not in ("mixed", "uniform"))
+    return sorted(named, key=lambda s: s.score, reverse=True)[:4]
+
+
 def _status(analysis: Analysis) -> str:
     """What was analysed and which heads stand out, so a learner knows where to look first."""
     n_layer, n_head, n_tokens, _ = analysis.maps.shape
     lines = [f"**{n_tokens} tokens**, {n_layer} layer(s) x {n_head} head(s)."]
-    standouts = sorted((s for s in analysis.summaries if s.label not in ("mixed", "uniform")),
-                       key=lambda s: s.score, reverse=True)[:4]
+    standouts = _standouts(analysis)
     if standouts:
-        lines.append("Heads to look at first: " + ", ".join(
+        lines.append("Heads to look at first (the strongest is open below): " + ", ".join(
             f"L{s.layer} H{s.head} {s.label} ({s.score:.2f})" for s in standouts) + ".")
     if analysis.summaries[0].scores["induction"] is None:
         lines.append("Induction is not measured here: no token repeats. Try **Induction probe** "
