@@ -290,9 +290,7 @@ class Snapshot:
 
 def new_model(config: BabyConfig) -> GPT:
     """A freshly initialised baby GPT whose weights depend only on `config.seed`."""
-    with torch.random.fork_rng(devices=[]):  # leave the global random state as it was
-        torch.manual_seed(config.seed)
-        return GPT(config.gpt_config())
+    return GPT(config.gpt_config(), generator=torch.Generator().manual_seed(config.seed))
 
 
 @dataclass

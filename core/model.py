@@ -134,7 +134,9 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: GPTConfig, generator: torch.Generator | None = None) -> None:
+        """A freshly initialised model; its weights are drawn from `generator` (a CPU generator;
+        default: torch's global random state), so a seeded generator gives the same model every time."""
         super().__init__()
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.n_embd)
@@ -149,20 +151,22 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.lm_head_bias)
         if config.tie_weights:
             self.lm_head.weight = self.token_embedding.weight
-        self.apply(self._init_weights)
-        # GPT-2: scale the projections into the residual stream by 1/sqrt(2 * n_layer)
+        self._init_weights(generator)
+
+    def _init_weights(self, generator: torch.Generator | None) -> None:
+        """GPT-2's initialisation: weights N(0, 0.02), biases 0, and the projections into the
+        residual stream scaled down by 1/sqrt(2 * n_layer) so the stream's variance stays put."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02, generator=generator)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02, generator=generator)
         for name, p in self.named_parameters():
             if name.endswith("proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * max(1, config.n_layer)))
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * max(1, self.config.n_layer)),
+                                generator=generator)
 
     def forward(
         self,

@@ -209,6 +209,15 @@ def test_presets_fill_the_form_within_the_caps(train):
         train.apply_preset("gpt-5")
 
 
+def test_the_same_seed_trains_the_same_model_in_any_session(train, ctx):
+    for session in ("s1", "s2"):
+        torch.manual_seed(hash(session) % 1000)  # whatever else drew from the global RNG meanwhile
+        run_train(train, session)
+    assert same(weights(ctx.registry.get("s1").model), weights(ctx.registry.get("s2").model))
+    run_train(train, "s3", seed=2)
+    assert not same(weights(ctx.registry.get("s1").model), weights(ctx.registry.get("s3").model))
+
+
 # ---------------------------------------------------------------- checkpoints
 
 

@@ -121,12 +121,13 @@ def test_temperature_sharpens_and_flattens():
             next_token_probs(model, space, bad)
 
 
-def test_new_model_depends_only_on_the_seed_and_keeps_global_rng():
+def test_new_model_depends_only_on_the_seed_not_on_the_global_rng():
     torch.manual_seed(123)
-    before = torch.random.get_rng_state()
-    a, b, c = (new_model(BabyConfig(seed=s)) for s in (7, 7, 8))
-    assert torch.equal(torch.random.get_rng_state(), before)
-    assert torch.equal(a.token_embedding.weight, b.token_embedding.weight)
+    a = new_model(BabyConfig(seed=7))
+    torch.manual_seed(999)  # another session drawing from the global RNG meanwhile changes nothing
+    b, c = new_model(BabyConfig(seed=7)), new_model(BabyConfig(seed=8))
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), name
     assert not torch.equal(a.token_embedding.weight, c.token_embedding.weight)
 
 
@@ -202,7 +203,7 @@ def test_training_reproduces_karpathys_example(trained):
     assert p["000"][1].item() == pytest.approx(0.72, abs=0.05)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 9])  # over seeds 0..19 and 1337 the lowest was 0.67 (seed 9)
+@pytest.mark.parametrize("seed", [0, 1, 2, 7])  # over seeds 0..19 and 1337 the lowest was 0.72 (seed 7)
 def test_101_goes_to_011_whatever_the_seed(seed):
     run = BabyRun.start(EXAMPLE_SEQUENCE, BabyConfig(seed=seed))
     for snapshot in run.train():

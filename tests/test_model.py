@@ -193,3 +193,17 @@ def test_bigram_stage_ignores_context():
 def test_unknown_stage_is_refused():
     with pytest.raises(ValueError, match="stage"):
         stage_config("transformer-xl")
+
+
+def test_a_seeded_generator_gives_the_same_weights_whatever_the_global_rng():
+    config = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16)
+    torch.manual_seed(1)
+    a = GPT(config, generator=torch.Generator().manual_seed(5))
+    torch.manual_seed(2)
+    b = GPT(config, generator=torch.Generator().manual_seed(5))
+    c = GPT(config, generator=torch.Generator().manual_seed(6))
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), name
+    assert not torch.equal(a.token_embedding.weight, c.token_embedding.weight)
+    # the projections into the residual stream are drawn narrower, as in GPT-2
+    assert a.blocks[0].attn.proj.weight.std() < 0.7 * a.blocks[0].attn.qkv.weight.std()

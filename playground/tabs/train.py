@@ -240,7 +240,9 @@ class TrainHandlers:
             )
         with validate.user_errors():
             data = self._tokens(recipe, text, fresh, config.block_size)
-            model = session.model if session.model is not None else GPT(config)
+            # a new model's weights come from the form's seed, like its batches: same seed, same run
+            model = session.model if session.model is not None else GPT(
+                config, generator=torch.Generator().manual_seed(train_config.seed))
             trainer = Trainer(model, data, train_config, tokenizer=fresh)
         if session.trainer is not None:
             trainer.load_state_dict(session.trainer.state_dict())  # optimizer, step, history, RNG
