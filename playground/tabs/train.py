@@ -244,11 +244,10 @@ class TrainHandlers:
             model = session.model if session.model is not None else GPT(
                 config, generator=torch.Generator().manual_seed(train_config.seed))
             trainer = Trainer(model, data, train_config, tokenizer=fresh)
-        if session.trainer is not None:
-            trainer.load_state_dict(session.trainer.state_dict())  # optimizer, step, history, RNG
-        elif session.resume_state is not None:  # an uploaded checkpoint that carries its training state
+        state = _training_state(session)
+        if state is not None:  # optimizer, step, history, random states
             with validate.user_errors():
-                trainer.load_state_dict(session.resume_state)
+                trainer.load_state_dict(state)
             session.resume_state = None
         else:  # a new model, or a checkpoint without a training state: its steps and curve go on
             trainer.step, trainer.history = start, list(session.history)
@@ -351,15 +350,14 @@ class TrainHandlers:
             shutil.rmtree(folder, ignore_errors=True)  # only the latest checkpoint of a session is kept
             with validate.user_errors():
                 return str(save_archive(folder / f"gpt-step{_step(session)}.zip", session.model, session.tokenizer, meta,
-                                        trainer_state=self._training_state(session)))
+                                        trainer_state=self._downloadable_state(session)))
 
-    def _training_state(self, session: Session) -> dict | None:
-        """What Train needs to continue exactly (AdamW's moments, the random states), if the download
-        can still be uploaded here with it: weights plus two moments are ~12 bytes a parameter."""
-        state = session.trainer.state_dict() if session.trainer is not None else session.resume_state
-        if state is None or 12 * session.model.parameter_counts()["total"] > 0.9 * self.settings.max_upload_bytes:
+    def _downloadable_state(self, session: Session) -> dict | None:
+        """The training state, if the download can still be uploaded here with it: weights plus
+        AdamW's two moments are about 12 bytes a parameter."""
+        if 12 * session.model.parameter_counts()["total"] > 0.9 * self.settings.max_upload_bytes:
             return None
-        return state
+        return _training_state(session)
 
     def load_checkpoint(self, upload, request: gr.Request) -> tuple:
         """Replace the session's model with an uploaded checkpoint, and set the form to match it."""
@@ -406,6 +404,11 @@ def _upload_path(upload) -> str:
     if not isinstance(path, str):
         raise gr.Error("The upload did not arrive as a file.")
     return path
+
+
+def _training_state(session: Session) -> dict | None:
+    """What Train continues from: the live trainer's state, or an uploaded checkpoint's (or None)."""
+    return session.trainer.state_dict() if session.trainer is not None else session.resume_state
 
 
 def _step(session: Session) -> int:
