@@ -218,6 +218,9 @@ def _resumed_config(meta: dict, overrides: dict) -> TrainConfig:
     model_fields = {field.name for field in dataclasses.fields(GPTConfig)}
     if set(overrides) & model_fields:
         raise ValueError(f"a resumed run keeps its model; drop {sorted(set(overrides) & model_fields)}")
+    unknown = set(saved) - {field.name for field in dataclasses.fields(TrainConfig)}
+    if unknown:
+        raise ValueError(f"the checkpoint's training settings have unknown fields: {sorted(unknown)[:5]}")
     return TrainConfig(**{**saved, **overrides})
 
 

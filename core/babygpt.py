@@ -30,6 +30,7 @@ from torch.nn import functional as F
 from core.config import GPTConfig
 from core.model import GPT
 from core.optim import configure_optimizer
+from core.sample import tempered
 from core.tokenizers import CharTokenizer
 
 SYMBOLS = "0123"  # the alphabet of V tokens is its first V symbols
@@ -162,7 +163,7 @@ def softmax_with_temperature(logits: torch.Tensor, temperature: float = 1.0) -> 
     """Probabilities from logits divided by `temperature` (> 0): low sharpens, high flattens."""
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
-    return F.softmax(logits.double() / temperature, dim=-1)
+    return F.softmax(tempered(logits.double(), temperature), dim=-1)
 
 
 def next_token_probs(model: GPT, space: StateSpace, temperature: float = 1.0) -> torch.Tensor:

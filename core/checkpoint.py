@@ -9,19 +9,28 @@ A checkpoint is a folder (or a .zip of the same two files, for downloads and upl
                         curve and optimizer settings as JSON in the file's metadata)
 
 Everything read is checked, and any problem (bad JSON, a missing or extra tensor, a wrong
-shape, a truncated file, an oversized zip member) is a `CheckpointError` whose message says
-what is wrong, never a crash or a silently half-loaded model.
+shape, NaN or infinite values, a truncated file, an oversized file or zip member) is a
+`CheckpointError` whose short message says what is wrong, never a crash or a silently
+half-loaded model.
+
+Loading reads the description first: its model config, once the caller has checked it (say,
+against a server's caps), bounds everything after. Each file is read with a hard cap derived
+from it (`weights_bytes`, `trainer_bytes`), and the model is built on the meta device with the
+loaded tensors as its parameters, so at its peak a load holds the weights twice (the file's
+bytes and the tensors parsed from them), never a throwaway initialisation besides.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import tempfile
 import zipfile
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -41,7 +50,15 @@ TRAINER_FILE = "trainer.safetensors"
 MAX_WEIGHTS_BYTES = 2 << 30  # 2 GiB: GPT-2 small in float32 is 0.5 GiB
 MAX_CONFIG_BYTES = 4 << 20  # a character vocabulary is small; 4 MiB is generous
 MAX_TRAINER_BYTES = 2 * MAX_WEIGHTS_BYTES + (64 << 20)  # two moments per weight, plus the curve
-_OPTIMIZER_KEY = re.compile(r"optimizer\.(\d+)\.(\w+)")
+MAX_HISTORY_ROWS = 1_000_000  # loss-curve rows, one a step: the app's max_iters without caps
+MAX_META_TEXT = 256  # characters of a meta name (corpus, preset, text file): shown to users
+# Sizes a file of a known model can take (see weights_bytes and trainer_bytes):
+HEADER_BYTES = 64 << 10  # a safetensors JSON header's fixed part and metadata
+TENSOR_HEADER_BYTES = 256  # one tensor's entry in it: name, dtype, shape, offsets
+HISTORY_ROW_BYTES = 200  # one loss-curve row as JSON, quoted inside the header: about 130 at most
+RNG_STATE_BYTES = 8 << 10  # a CPU random generator's state is 5,056 bytes
+READ_PIECE_BYTES = 1 << 20
+_OPTIMIZER_KEY = re.compile(r"optimizer\.(\d{1,9})\.(\w+)")  # a bounded index: int() of it cannot fail
 
 
 class CheckpointError(ValueError):
@@ -52,13 +69,13 @@ class CheckpointError(ValueError):
 
 
 def _unique_state(model: GPT) -> dict[str, torch.Tensor]:
-    """The state dict with shared tensors (a tied LM head) kept once, under their first name."""
+    """The state dict's tensors themselves (not copies; also on the meta device) with shared ones
+    (a tied LM head) kept once, under their first name."""
     state, seen = {}, set()
-    for name, tensor in model.state_dict().items():
-        if tensor.data_ptr() in seen:
-            continue
-        seen.add(tensor.data_ptr())
-        state[name] = tensor.detach().to("cpu", torch.float32).contiguous()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            state[name] = tensor
     return state
 
 
@@ -75,7 +92,8 @@ def _encode(model: GPT, tokenizer: Tokenizer, meta: dict | None) -> tuple[bytes,
         config = json.dumps(description, indent=2, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except (TypeError, ValueError) as error:
         raise ValueError(f"meta must be plain JSON data (numbers, strings, lists, dicts): {error}") from None
-    return save_safetensors_bytes(_unique_state(model)), config
+    weights = {name: t.detach().to("cpu", torch.float32).contiguous() for name, t in _unique_state(model).items()}
+    return save_safetensors_bytes(weights), config
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -149,148 +167,325 @@ def save_archive(path: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict 
     return archive
 
 
+# ---------------------------------------------------------------- sizes
+
+
+def weights_bytes(config: GPTConfig) -> int:
+    """The most bytes a weights file of this model takes: its unique float32 tensors, exactly,
+    plus room for the safetensors header. A CheckpointError beyond MAX_WEIGHTS_BYTES."""
+    sizes = _tensor_sizes(config)
+    return 4 * sum(sizes) + _header_bytes(len(sizes))
+
+
+def trainer_bytes(config: GPTConfig, max_history: int = MAX_HISTORY_ROWS) -> int:
+    """The most bytes a trainer file of this model takes: AdamW's two float32 moments and step per
+    parameter tensor, the two random states, and the JSON of at most `max_history` loss-curve rows."""
+    sizes = _tensor_sizes(config)
+    tensors = 4 * (2 * sum(sizes) + len(sizes)) + 2 * RNG_STATE_BYTES
+    return tensors + HISTORY_ROW_BYTES * max_history + _header_bytes(3 * len(sizes) + 2)
+
+
+def _header_bytes(n_tensors: int) -> int:
+    """Room for a safetensors JSON header: each tensor's name, dtype, shape and offsets, and metadata."""
+    return HEADER_BYTES + TENSOR_HEADER_BYTES * n_tensors
+
+
+def _tensor_sizes(config: GPTConfig) -> list[int]:
+    """Element counts of the model's unique tensors, from a model on the meta device (no memory)."""
+    too_large = CheckpointError(
+        f"the checkpoint's model is larger than {MAX_WEIGHTS_BYTES:,} bytes of weights, the most this program loads"
+    )
+    # Each vocabulary entry and each layer holds at least n_embd weights: a bound that refuses an
+    # absurd config (a billion layers) before even its meta model, a Python object per module, is built.
+    if 4 * (config.vocab_size + config.n_layer) * config.n_embd > MAX_WEIGHTS_BYTES:
+        raise too_large
+    with torch.device("meta"):
+        sizes = [tensor.numel() for tensor in _unique_state(GPT(config)).values()]
+    if 4 * sum(sizes) > MAX_WEIGHTS_BYTES:
+        raise too_large
+    return sizes
+
+
 # ---------------------------------------------------------------- loading
 
 
-def load(path: str | Path) -> tuple[GPT, Tokenizer, dict]:
-    """(model in eval mode on the CPU, tokenizer, meta) from a checkpoint folder or .zip."""
-    path = Path(path)
-    if path.is_dir():
-        weights = _read_file(path / WEIGHTS_FILE, MAX_WEIGHTS_BYTES)
-        config = _read_file(path / CONFIG_FILE, MAX_CONFIG_BYTES)
-    elif path.is_file():
-        weights, config = _read_archive(path)
-    else:
-        raise CheckpointError(f"no checkpoint at {path}")
-    return _decode(weights, config)
+def load(path: str | Path, *,
+         check_config: Callable[[GPTConfig], None] | None = None) -> tuple[GPT, Tokenizer, dict]:
+    """(model in eval mode on the CPU, tokenizer, meta) from a checkpoint folder or .zip.
 
-
-def _read_file(path: Path, limit: int) -> bytes:
-    if not path.is_file():
-        raise CheckpointError(f"the checkpoint has no {path.name} (expected {WEIGHTS_FILE} and {CONFIG_FILE})")
-    if path.stat().st_size > limit:
-        raise CheckpointError(f"{path.name} is {path.stat().st_size:,} bytes; the limit is {limit:,}")
-    return path.read_bytes()
+    The description is read first; `check_config` (e.g. a server's caps) sees the model's config
+    before anything of its size is read or allocated, and whatever it raises passes through
+    unchanged. The weights are then read with a hard cap of `weights_bytes(config)`.
+    """
+    with _opened(Path(path)) as source:
+        config, tokenizer, meta = _decode_description(_required(source, CONFIG_FILE, MAX_CONFIG_BYTES))
+        if check_config is not None:
+            check_config(config)
+        # The file's bytes live only while safetensors parses them: never beside the model.
+        tensors = _parse_weights(_required(source, WEIGHTS_FILE, weights_bytes(config)))
+    return _assemble(config, tensors), tokenizer, meta
 
 
 @contextlib.contextmanager
-def _open_archive(path: Path) -> Iterator[zipfile.ZipFile]:
-    """A checkpoint .zip, open for reading; a damaged archive is a CheckpointError."""
+def _opened(path: Path) -> Iterator[Path | zipfile.ZipFile]:
+    """A checkpoint folder, or its .zip open for reading (a damaged archive is a CheckpointError)."""
+    if path.is_dir():
+        yield path
+    elif path.is_file():
+        with _unreadable(f"{path.name} is not a checkpoint folder or a valid .zip"):
+            archive = zipfile.ZipFile(path)
+        with archive:  # errors of the caller's block are its own: only opening is translated
+            yield archive
+    else:
+        raise CheckpointError(f"no checkpoint at {path}")
+
+
+@contextlib.contextmanager
+def _unreadable(message: str) -> Iterator[None]:
+    """Turn the ways a file or zip member can fail to read into a CheckpointError: `message (why)`."""
     try:
-        with zipfile.ZipFile(path) as zf:
-            yield zf
-    except zipfile.BadZipFile as error:
-        raise CheckpointError(f"{path.name} is not a checkpoint folder or a valid .zip ({error})") from None
-    except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as error:
-        raise CheckpointError(f"{path.name} could not be read as a zip archive ({error})") from None
+        yield
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError, NotImplementedError,
+            RuntimeError) as error:
+        raise CheckpointError(f"{message} ({_clip(str(error), 200)})") from None
 
 
-def _read_archive(path: Path) -> tuple[bytes, bytes]:
-    with _open_archive(path) as zf:
-        return (_read_member(zf, WEIGHTS_FILE, MAX_WEIGHTS_BYTES),
-                _read_member(zf, CONFIG_FILE, MAX_CONFIG_BYTES))
+def _read(source: Path | zipfile.ZipFile, name: str, limit: int) -> bytes | None:
+    """One file of a checkpoint folder or member of its .zip (None if absent), read with a hard cap:
+    neither a file's size nor the size a zip declares is trusted (zip bombs, growing files)."""
+    if isinstance(source, Path):
+        if not (source / name).is_file():
+            return None
+        size, open_stream = (source / name).stat().st_size, lambda: open(source / name, "rb")
+    else:
+        try:
+            info = source.getinfo(name)
+        except KeyError:
+            return None
+        size, open_stream = info.file_size, lambda: source.open(info)
+    if size > limit:
+        raise CheckpointError(f"{name} is {size:,} bytes; the limit is {limit:,}")
+    # In pieces: a single read() of a zip member holds the compressed bytes, the inflated ones
+    # and a copy of those at once; pieces joined at the end cost the data twice at most.
+    pieces, size = [], 0
+    with _unreadable(f"{name} could not be read"), open_stream() as stream:
+        while size <= limit and (piece := stream.read(min(READ_PIECE_BYTES, limit + 1 - size))):
+            pieces.append(piece)
+            size += len(piece)
+    if size > limit:
+        raise CheckpointError(f"{name} holds more than {limit:,} bytes, the limit")
+    return b"".join(pieces)
 
 
-def _read_member(zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
-    """One member, read with a hard cap: the size a zip declares is not trusted (zip bombs)."""
-    try:
-        info = zf.getinfo(name)
-    except KeyError:
-        raise CheckpointError(f"the archive has no {name} (expected {WEIGHTS_FILE} and {CONFIG_FILE})") from None
-    if info.file_size > limit:
-        raise CheckpointError(f"{name} in the archive is {info.file_size:,} bytes; the limit is {limit:,}")
-    with zf.open(info) as member:
-        data = member.read(limit + 1)
-    if len(data) > limit:
-        raise CheckpointError(f"{name} in the archive unpacks to more than {limit:,} bytes")
+def _required(source: Path | zipfile.ZipFile, name: str, limit: int) -> bytes:
+    data = _read(source, name, limit)
+    if data is None:
+        raise CheckpointError(f"the checkpoint has no {name} (expected {WEIGHTS_FILE} and {CONFIG_FILE})")
     return data
 
 
-def _decode(weights: bytes, config: bytes) -> tuple[GPT, Tokenizer, dict]:
+def _decode_description(config: bytes) -> tuple[GPTConfig, Tokenizer, dict]:
     try:
         description = json.loads(config.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{CONFIG_FILE} is not valid JSON ({error})") from None
+    except (ValueError, RecursionError) as error:  # also bad UTF-8, numbers of 4,300+ digits, deep nesting
+        raise CheckpointError(f"{CONFIG_FILE} is not valid JSON ({_clip(str(error), 200)})") from None
     if not isinstance(description, dict) or description.get("format") != FORMAT:
         raise CheckpointError(f"{CONFIG_FILE} is not an Attention Playground checkpoint description")
     if description.get("version") != VERSION:
-        raise CheckpointError(f"checkpoint version {description.get('version')!r} is not supported (expected {VERSION})")
-    meta = description.get("meta", {})
-    if not isinstance(meta, dict):
-        raise CheckpointError("the checkpoint's 'meta' must be a JSON object")
+        raise CheckpointError(
+            f"checkpoint version {_show(description.get('version'))} is not supported (expected {VERSION})"
+        )
+    meta = _check_meta(description.get("meta", {}))
     try:
         model_config = GPTConfig.from_dict(description.get("model"))
         tokenizer = tokenizer_from_spec(description.get("tokenizer"))
     except (TypeError, ValueError) as error:
-        raise CheckpointError(f"the checkpoint's description is invalid: {error}") from None
+        raise CheckpointError(f"the checkpoint's description is invalid: {_clip(str(error), 200)}") from None
     if tokenizer.vocab_size != model_config.vocab_size:
         raise CheckpointError(
             f"the tokenizer has {tokenizer.vocab_size} tokens but the model expects {model_config.vocab_size}"
         )
+    return model_config, tokenizer, meta
 
+
+def _check_meta(meta: object) -> dict:
+    """`meta` with the fields the app and the command line use checked, and its history normalised."""
+    if not isinstance(meta, dict):
+        raise CheckpointError("the checkpoint's 'meta' must be a JSON object")
+    for key in ("corpus", "preset", "text_file"):
+        value = meta.get(key)
+        if value is not None and not (isinstance(value, str) and len(value) <= MAX_META_TEXT):
+            raise CheckpointError(
+                f"the checkpoint's meta.{key} must be a text of at most {MAX_META_TEXT} characters, got {_show(value)}"
+            )
+    for key in ("step", "steps"):
+        if meta.get(key) is not None and not _is_count(meta[key]):
+            raise CheckpointError(f"the checkpoint's meta.{key} must be a non-negative integer, got {_show(meta[key])}")
+    if not isinstance(meta.get("train_config"), (dict, type(None))):
+        raise CheckpointError(
+            f"the checkpoint's meta.train_config must be an object, got {_show(meta['train_config'])}"
+        )
+    if "history" not in meta:
+        return meta
     try:
-        tensors = load_safetensors_bytes(weights)
+        return {**meta, "history": check_history(meta["history"])}
+    except CheckpointError as error:
+        raise CheckpointError(f"the checkpoint's {error}") from None
+
+
+def check_history(rows: object, max_rows: int = MAX_HISTORY_ROWS) -> list[dict]:
+    """A loss curve read from a file (as `Trainer.history` writes it), checked; returns new rows.
+
+    At most `max_rows` objects, each with 'step' (a non-negative integer above the previous
+    row's), 'train_loss' and 'lr' (finite numbers) and 'val_loss' (a number, or null or absent
+    between evaluations). Other keys are dropped; numbers become floats. A CheckpointError
+    names the first row and field that is wrong.
+    """
+    if not isinstance(rows, list) or len(rows) > max_rows:
+        raise CheckpointError(f"history must be a list of at most {max_rows:,} JSON objects")
+    clean, previous = [], -1
+    for index, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise CheckpointError(f"history row {index} must be a JSON object, got {_show(row)}")
+        step = row.get("step")
+        if not _is_count(step) or step <= previous:
+            raise CheckpointError(f"history row {index}: step must be an integer above the previous row's, "
+                                  f"got {_show(step)}")
+        clean.append({"step": step})
+        for key in ("train_loss", "val_loss", "lr"):
+            value, number = row.get(key), _as_float(row.get(key))
+            if key == "val_loss":  # null between evaluations; an evaluation's loss may overflow
+                if value is not None and number is None:
+                    raise CheckpointError(f"history row {index}: {key} must be a number or null, got {_show(value)}")
+            elif number is None or not math.isfinite(number):  # the trainer records only finite ones
+                raise CheckpointError(f"history row {index}: {key} must be a finite number, got {_show(value)}")
+            clean[-1][key] = number
+        previous = step
+    return clean
+
+
+def _param_groups_problem(groups: object) -> str:
+    """What is wrong with an optimizer's saved param_groups ('' if nothing). torch's load_state_dict
+    takes every setting in them (betas, eps, weight decay...) as it is, so a string or a NaN there
+    would only fail at the first step, or train on silently."""
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        return "param_groups must be a list of objects"
+    for index, group in enumerate(groups, 1):
+        params = group.get("params")
+        if not isinstance(params, list) or not all(_is_count(i) for i in params):
+            return f"param group {index} must list its parameters as non-negative integers"
+        for key, value in group.items():
+            values = value if isinstance(value, list) else [value]
+            if key != "params" and not all(v is None or isinstance(v, bool) or
+                                           (_as_float(v) is not None and math.isfinite(_as_float(v))) for v in values):
+                return f"param group {index}: {_clip(str(key), 40)} must be a finite number, a flag or null, got {_show(value)}"
+    return ""
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _as_float(value: object) -> float | None:
+    """A JSON number (an int or a float, not a bool) as a float; None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond the float range
+        return None
+
+
+def _show(value: object) -> str:
+    """A value for an error message: its repr, cut short (messages reach end users)."""
+    return _clip(repr(value), 60)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _parse_weights(data: bytes) -> dict[str, torch.Tensor]:
+    try:
+        return load_safetensors_bytes(data)
     except (SafetensorError, ValueError, RuntimeError) as error:
-        raise CheckpointError(f"{WEIGHTS_FILE} is damaged or truncated ({error})") from None
-    model = GPT(model_config)
+        raise CheckpointError(f"{WEIGHTS_FILE} is damaged or truncated ({_clip(str(error), 200)})") from None
+
+
+def _assemble(config: GPTConfig, tensors: dict[str, torch.Tensor]) -> GPT:
+    """The model of `config` with `tensors` (checked against it) as its parameters, not copies of them."""
+    with torch.device("meta"):
+        model = GPT(config)  # shapes only: no memory, no random draws
     expected = _unique_state(model)
     missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
     if missing or unexpected:
-        raise CheckpointError(
+        raise CheckpointError(_clip(
             f"{WEIGHTS_FILE} does not match the model config: missing {missing or 'none'}, "
-            f"unexpected {unexpected or 'none'}"
-        )
+            f"unexpected {unexpected or 'none'}", 300))
     for name, tensor in tensors.items():
         if tensor.shape != expected[name].shape:
             raise CheckpointError(
                 f"tensor {name} has shape {tuple(tensor.shape)}, the config needs {tuple(expected[name].shape)}"
             )
-        if not tensor.is_floating_point():
-            raise CheckpointError(f"tensor {name} has dtype {tensor.dtype}, expected floating point")
-    # strict=False only because a tied LM head is stored once; the key check above is the strict one.
-    model.load_state_dict(tensors, strict=False)
-    return model.eval(), tokenizer, meta
+        _check_values(WEIGHTS_FILE, name, tensor)
+        tensors[name] = tensor.float()  # the model computes in float32 (a no-op for the files we write)
+    # assign=True makes the loaded tensors the parameters instead of copying them into new ones.
+    # strict=False only because a tied LM head is stored once (the key check above is the strict
+    # one); assigning gives the embedding a new Parameter, so the head is tied to it again.
+    model.load_state_dict(tensors, strict=False, assign=True)
+    if config.tie_weights:
+        model.lm_head.weight = model.token_embedding.weight
+    return model.eval()
 
 
-def load_trainer_state(path: str | Path) -> dict | None:
+def _check_values(file: str, name: str, tensor: torch.Tensor) -> None:
+    if not tensor.is_floating_point():
+        raise CheckpointError(f"{file}: tensor {name} has dtype {tensor.dtype}, expected floating point")
+    if not torch.isfinite(tensor).all():
+        raise CheckpointError(f"{file}: tensor {name} holds NaN or infinite values")
+
+
+def load_trainer_state(path: str | Path, *, config: GPTConfig | None = None,
+                       max_history: int = MAX_HISTORY_ROWS) -> dict | None:
     """The training state saved with a checkpoint (for `Trainer.load_state_dict`), or None if it
-    has none. Whether it fits a trainer's parameters is checked when a trainer loads it."""
-    path = Path(path)
-    if path.is_dir():
-        if not (path / TRAINER_FILE).is_file():
-            return None
-        data = _read_file(path / TRAINER_FILE, MAX_TRAINER_BYTES)
-    elif path.is_file():
-        with _open_archive(path) as zf:
-            if TRAINER_FILE not in zf.namelist():
-                return None
-            data = _read_member(zf, TRAINER_FILE, MAX_TRAINER_BYTES)
-    else:
-        raise CheckpointError(f"no checkpoint at {path}")
-    return decode_trainer_state(data)
+    has none. Whether it fits a trainer's parameters is checked when a trainer loads it.
+
+    With `config` (the loaded model's) the file is read with a hard cap of `trainer_bytes(config,
+    max_history)`, what that model's state takes; without, MAX_TRAINER_BYTES. The loss curve may
+    have at most `max_history` rows.
+    """
+    limit = MAX_TRAINER_BYTES if config is None else trainer_bytes(config, max_history)
+    with _opened(Path(path)) as source:
+        data = _read(source, TRAINER_FILE, limit)
+    return None if data is None else decode_trainer_state(data, max_history)
 
 
-def decode_trainer_state(data: bytes) -> dict:
+def decode_trainer_state(data: bytes, max_history: int = MAX_HISTORY_ROWS) -> dict:
     """The inverse of `encode_trainer_state`, with every field checked (a `CheckpointError` if not)."""
     damaged = f"{TRAINER_FILE} is damaged or truncated"
     try:
         tensors = load_safetensors_bytes(data)
         header = json.loads(data[8: 8 + int.from_bytes(data[:8], "little")])  # safetensors: length, JSON header
         info = json.loads(header["__metadata__"]["trainer"])
-    except (SafetensorError, ValueError, RuntimeError, KeyError, TypeError) as error:
-        raise CheckpointError(f"{damaged} ({error})") from None
+    except (SafetensorError, ValueError, RuntimeError, KeyError, TypeError, RecursionError) as error:
+        raise CheckpointError(f"{damaged} ({_clip(str(error), 200)})") from None
     if not isinstance(info, dict):
         raise CheckpointError(f"{damaged}: its metadata is not a JSON object")
-    step, elapsed, history, groups = (info.get(key) for key in ("step", "elapsed", "history", "param_groups"))
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise CheckpointError(f"{damaged}: step must be a non-negative integer, got {step!r}")
-    if not isinstance(elapsed, (int, float)) or isinstance(elapsed, bool) or not elapsed >= 0:
-        raise CheckpointError(f"{damaged}: elapsed must be a non-negative number of seconds, got {elapsed!r}")
-    if not isinstance(history, list) or not all(isinstance(row, dict) for row in history):
-        raise CheckpointError(f"{damaged}: history must be a list of JSON objects")
-    if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("params"), list)
-                                               for g in groups):
-        raise CheckpointError(f"{damaged}: param_groups must be a list of objects with 'params'")
+    step, elapsed, groups = (info.get(key) for key in ("step", "elapsed", "param_groups"))
+    if not _is_count(step):
+        raise CheckpointError(f"{damaged}: step must be a non-negative integer, got {_show(step)}")
+    seconds = _as_float(elapsed)
+    if seconds is None or not 0 <= seconds < math.inf:
+        raise CheckpointError(f"{damaged}: elapsed must be a non-negative number of seconds, got {_show(elapsed)}")
+    try:
+        history = check_history(info.get("history"), max_history)
+    except CheckpointError as error:
+        raise CheckpointError(f"{damaged}: {error}") from None
+    if history and history[-1]["step"] > step:
+        raise CheckpointError(f"{damaged}: its history goes on past its step ({step})")
+    problem = _param_groups_problem(groups)
+    if problem:
+        raise CheckpointError(f"{damaged}: {problem}")
     for name in ("rng.batch", "rng.dropout"):
         if tensors.get(name) is None or tensors[name].dtype != torch.uint8 or tensors[name].dim() != 1:
             raise CheckpointError(f"{damaged}: {name} must be a byte tensor")
@@ -300,10 +495,11 @@ def decode_trainer_state(data: bytes) -> dict:
             continue
         match = _OPTIMIZER_KEY.fullmatch(name)
         if match is None:
-            raise CheckpointError(f"{damaged}: unexpected tensor {name}")
+            raise CheckpointError(f"{damaged}: unexpected tensor {_clip(name, 60)}")
+        _check_values(TRAINER_FILE, name, tensor)
         state.setdefault(int(match[1]), {})[match[2]] = tensor
     return {
-        "step": step, "elapsed": float(elapsed), "history": history,
+        "step": step, "elapsed": seconds, "history": history,
         "optimizer": {"state": state, "param_groups": groups},
         "batch_rng": tensors["rng.batch"], "dropout_rng": tensors["rng.dropout"],
     }

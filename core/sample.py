@@ -38,7 +38,7 @@ MAX_NEW_TOKENS = 100_000  # a sanity bound; a typo should not tie up a server fo
 class TokenStep:
     token_id: int
     text: str  # what this token adds to the decoded output ('' while a multi-byte character is incomplete)
-    prob: float  # the model's probability of this token (softmax of logits / temperature)
+    prob: float  # the model's probability of this token (softmax of `tempered` logits)
     alternatives: list[tuple[int, str, float]]  # the top (id, label, prob) candidates, incl. the chosen one
 
 
@@ -91,9 +91,20 @@ def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, t
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
 
 
+def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Logits divided by `temperature` (> 0), finite for any temperature however small.
+
+    The largest logit is moved to 0 first, so dividing cannot overflow: a tiny temperature sends the
+    others to -inf and the softmax tends to greedy. The temperature is floored at the dtype's smallest
+    normal number because a float64 one such as 1e-300 would round to 0 in float32 (and 0 / 0 is NaN).
+    """
+    shifted = logits - logits.amax(dim=-1, keepdim=True)
+    return shifted / max(temperature, torch.finfo(logits.dtype).tiny)
+
+
 def sampling_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
     """(B, V) logits -> (B, V) probabilities to draw from: tempered, then top-k, then top-p filtered."""
-    logits = logits / temperature
+    logits = tempered(logits, temperature)
     if top_k is not None and top_k < logits.size(-1):
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -206,7 +217,7 @@ def stream(
             token_id = next_id.item()
             new_ids.append(token_id)
 
-            probs = F.softmax(logits[0] / (temperature or 1.0), dim=-1)  # what the model thought
+            probs = F.softmax(tempered(logits[0], temperature or 1.0), dim=-1)  # what the model thought
             top = torch.topk(probs, min(n_alternatives, vocab_size))
             alternatives = [(i, tokenizer.token_label(i), p) for i, p in zip(top.indices.tolist(), top.values.tolist())]
             if token_id not in top.indices.tolist():

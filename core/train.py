@@ -16,9 +16,10 @@ or AMX) and in float32 elsewhere; `compile=True` wraps the model in `torch.compi
 never changes torch's thread count: a process running several trainings should set it (the CLI
 has --threads; one thread per training avoids OpenMP oversubscription on a shared CPU).
 
-Divergence guard: before every update the loss and the gradient norm are checked; a
-non-finite value ends training with a message, and the weights go back to the last ones
-whose loss and gradients were finite (the weights before the previous update).
+Divergence guard: before every update the loss and the gradient norm are checked. A
+non-finite value, or a training loss far above that of guessing uniformly, ends training with a
+message; the weights go back to the last good ones (those at the start of the run or at the
+latest evaluation with a sound validation loss, see `Trainer._sound`), and AdamW starts afresh.
 """
 
 from __future__ import annotations
@@ -185,7 +186,13 @@ class Trainer:
         # The compiled module shares the parameters; hooks (attention snapshots) use the plain one.
         self._forward = torch.compile(model) if config.compile else model
         self._params = [p for p in model.parameters() if p.requires_grad]
-        self._last_good = [p.detach().clone() for p in self._params]
+        # The one snapshot a divergence goes back to: its weights, step and validation loss (if known).
+        self._good = [p.detach().clone() for p in self._params]
+        self._good_step = 0
+        self._good_loss: float | None = None
+        # A training loss ten times that of guessing uniformly (ln vocab_size, about what a fresh
+        # model scores) means wrecked weights even while it is finite: stop there, not at the overflow.
+        self._loss_ceiling = 10 * (math.log(model.config.vocab_size) + 1)
 
         # Private randomness: batches from our own generator; dropout from a private copy of
         # the global CPU RNG state, so training never disturbs (or depends on) other users of it.
@@ -211,6 +218,10 @@ class Trainer:
         if not isinstance(until, int) or until < 0:
             raise ValueError(f"until must be a non-negative integer, got {until!r}")
         self._stop.clear()
+        # Start from these weights; the loss this step recorded (if sound) is the bar for better ones.
+        last = self.history[-1] if self.history else {}
+        known = last.get("val_loss") if last.get("step") == self.step else None
+        self._remember(known if known is not None and self._sound(known, None) else None)
         event = None
         while self.step < until and not self._stop.is_set():
             event = self._train_step(until)
@@ -261,7 +272,6 @@ class Trainer:
         self.step = int(state["step"])
         self.elapsed = float(state["elapsed"])
         self.history = [dict(row) for row in state["history"]]
-        self._last_good = [p.detach().clone() for p in self._params]
 
     def _check_state(self, state: dict) -> None:
         saved_groups = state["optimizer"]["param_groups"]
@@ -303,11 +313,9 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.grad_clip or math.inf)
         # One host sync per step: the loss the event reports and the divergence check.
         loss_value, norm_value = torch.stack([loss.detach().float(), grad_norm.float()]).tolist()
-        if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
+        if not (math.isfinite(loss_value) and math.isfinite(norm_value)) or loss_value > self._loss_ceiling:
             return self._diverged(loss_value, norm_value, lr, until)
 
-        with torch.no_grad():
-            torch._foreach_copy_(self._last_good, self._params)  # weights that gave finite values
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
@@ -318,6 +326,8 @@ class Trainer:
         val_loss = None
         if last or self.step % cfg.eval_interval == 0:
             val_loss = self.estimate_loss(("val",))["val"]  # the events report validation loss only
+            if self._sound(val_loss, self._good_loss):
+                self._remember(val_loss)
         self.history.append({"step": self.step, "train_loss": loss_value, "val_loss": val_loss, "lr": lr})
         event = self._event(loss_value, val_loss, lr, until)
         if self._due(cfg.sample_interval, last) and self.tokenizer is not None:
@@ -332,22 +342,44 @@ class Trainer:
         return event
 
     def _diverged(self, loss_value: float, norm_value: float, lr: float, until: int) -> TrainEvent:
-        """Stop on a non-finite loss or gradient; go back to the last weights that gave finite ones."""
+        """Stop on a non-finite or exploded loss or gradient norm; go back to the last good weights."""
         self.optimizer.zero_grad(set_to_none=True)
-        if self.step > 0:
-            with torch.no_grad():
-                torch._foreach_copy_(self._params, self._last_good)
-            self.step -= 1  # the last update led here: undo it
+        with torch.no_grad():
+            torch._foreach_copy_(self._params, self._good)
+        # AdamW's moments were accumulated on the diverging path: kept, they would push the
+        # restored weights straight back the way they went.
+        self.optimizer.state.clear()
+        diverged_at, self.step = self.step + 1, self._good_step
         self.history = [row for row in self.history if row["step"] <= self.step]
-        what = "loss" if not math.isfinite(loss_value) else "gradient norm"
-        error = (
-            f"Training diverged at step {self.step + 1}: the {what} became {loss_value if what == 'loss' else norm_value} "
-            f"(learning rate {lr:.3g}). The weights were restored to those of step {self.step}; "
-            "try a smaller learning rate or a stronger gradient clip."
-        )
+        what = (f"gradient norm became {norm_value:.3g}" if math.isfinite(loss_value) and not math.isfinite(norm_value)
+                else f"loss became {loss_value:.3g}")
+        where = ("where this run started" if self._good_loss is None else
+                 f"the last evaluation with a sound validation loss ({self._good_loss:.3g})")
         event = self._event(loss_value, None, lr, until)
-        event.error = error
+        event.error = (
+            f"Training diverged at step {diverged_at} ({what}, learning rate {lr:.3g}). The weights were "
+            f"restored to step {self.step}, {where}; the optimizer's state was reset. "
+            "Try a smaller learning rate or a stronger gradient clip."
+        )
         return event
+
+    def _sound(self, val_loss: float, reference: float | None) -> bool:
+        """Whether weights with this validation loss are good ones to go back to after a divergence.
+
+        Finite is not enough: a learning rate far too high wrecks the weights several steps before
+        anything overflows. So the loss must also stay within 1.5 x that of the last good weights
+        (`reference`) plus 1, or, with none known, 1.5 x ln(vocab_size) plus 1 (guessing uniformly
+        scores ln(vocab_size)); the 1 nat of slack keeps the noise of small losses from freezing the
+        snapshot. A drift upwards beyond that (overfitting) keeps the earlier, better weights.
+        """
+        expected = math.log(self.model.config.vocab_size) if reference is None else reference
+        return math.isfinite(val_loss) and val_loss <= 1.5 * expected + 1
+
+    def _remember(self, val_loss: float | None) -> None:
+        """Keep the current weights as the good ones (copied into the one snapshot)."""
+        with torch.no_grad():
+            torch._foreach_copy_(self._good, self._params)
+        self._good_step, self._good_loss = self.step, val_loss
 
     def _final_event(self, last: TrainEvent | None, until: int) -> TrainEvent:
         """The done=True event: the last step's figures (or the state so far) plus how it ended."""

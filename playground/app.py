@@ -10,13 +10,18 @@ Each tab is a module in `playground.tabs` with `build(ctx: AppContext) -> None`.
 
 from __future__ import annotations
 
+import datetime
+import logging
+import threading
+import time
 from pathlib import Path
 
 import gradio as gr
 import torch
 
 from playground.context import AppContext
-from playground.sessions import SessionRegistry
+from playground.errors import GuardedBlocks, harden
+from playground.sessions import SessionRegistry, release_memory
 from playground.settings import Settings
 from playground.tabs import attention, baby, generate, train
 
@@ -49,9 +54,16 @@ def configure_torch(settings: Settings) -> None:
 def build_app(settings: Settings | None = None) -> gr.Blocks:
     settings = settings or Settings.from_env()
     configure_torch(settings)
-    registry = SessionRegistry(settings.max_sessions, settings.session_ttl_s)
+    # The app's own log says one line per user error (playground.errors); other libraries keep to
+    # warnings. A host's own logging setup wins (basicConfig does nothing then).
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("playground").setLevel(logging.INFO)
+    registry = SessionRegistry(
+        settings.max_sessions, settings.session_ttl_s, api_ttl_s=settings.api_ttl_s,
+        evict_idle_s=settings.evict_idle_s, max_light_sessions=settings.max_light_sessions,
+    )
     # Uploaded and returned files (corpora, checkpoints) older than an hour are deleted every half hour.
-    with gr.Blocks(title=TITLE, delete_cache=(1800, 3600)) as demo:
+    with GuardedBlocks(title=TITLE, delete_cache=(1800, 3600)) as demo:
         gr.Markdown(f"# {TITLE}\n{INTRO}", elem_id="intro")
         model_changed = gr.Textbox(visible=False, elem_id="model-changed")
         with gr.Tabs() as tabs:
@@ -59,11 +71,59 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
             for tab_id, title, module in TABS:
                 with gr.Tab(title, id=tab_id, elem_id=f"tab-{tab_id}"):
                     module.build(ctx)
-        # A closed tab frees its model now rather than when the TTL sweep finds it.
+        # An open page has a heartbeat: its model may stay while the tab is open, and a closed tab
+        # frees it now rather than when the sweep finds it.
+        demo.load(_browser_marker(registry), None, None, api_visibility="private", **AppContext.cheap())
         demo.unload(_freer(registry))
+    harden(demo)
+    registry.on_free(lambda session: _forget_gradio_states(demo, [session.key]))
+    _start_sweeper(demo, registry, settings)
     demo.queue(max_size=settings.max_queue_size, default_concurrency_limit=1)
     demo.registry = registry  # for tests and benchmarks: the sessions this app holds
     return demo
+
+
+def _start_sweeper(demo: gr.Blocks, registry: SessionRegistry, settings: Settings) -> threading.Thread:
+    """A daemon thread that frees idle sessions even on a quiet server, and Gradio's own state of
+    session hashes that hold no session of ours and have been idle for `api_ttl_s` (a flood of
+    cheap calls, each with a new hash, leaves about 0.8 MB of Gradio state per hash behind)."""
+    interval_s = min(30.0, settings.api_ttl_s / 2)  # often enough for the shortest time-to-live
+
+    def sweep_forever() -> None:
+        while True:
+            time.sleep(interval_s)
+            registry.sweep()
+            holder = getattr(demo, "state_holder", None)  # exists once the app is launched
+            if holder is None:
+                continue
+            cutoff = datetime.datetime.now() - datetime.timedelta(seconds=settings.api_ttl_s)
+            with holder.lock:
+                idle = [key for key, used in holder.time_last_used.items() if used < cutoff and key not in registry]
+            _forget_gradio_states(demo, idle)
+            if idle:
+                release_memory()
+
+    thread = threading.Thread(target=sweep_forever, name="session-sweeper", daemon=True)
+    thread.start()
+    return thread
+
+
+def _forget_gradio_states(demo: gr.Blocks, keys: list[str]) -> None:
+    """Drop Gradio's own state of these sessions (it keeps it for an hour otherwise)."""
+    holder = getattr(demo, "state_holder", None)
+    if holder is None:
+        return
+    with holder.lock:
+        for key in keys:
+            holder.session_data.pop(key, None)
+            holder.time_last_used.pop(key, None)
+
+
+def _browser_marker(registry: SessionRegistry):
+    def mark_browser(request: gr.Request) -> None:
+        registry.mark_browser(request)
+
+    return mark_browser
 
 
 def _freer(registry: SessionRegistry):
@@ -84,6 +144,7 @@ def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None 
         enable_monitoring=False,
         allowed_paths=[],
         max_file_size=settings.max_upload_bytes,
+        state_session_capacity=settings.gradio_state_capacity,
         ssr_mode=False,  # no Node server: one process, less memory
         theme=gr.themes.Soft(primary_hue="indigo", secondary_hue="amber"),
         css_paths=[ASSETS / "style.css"],

@@ -31,7 +31,7 @@ from playground.sessions import SessionRegistry
 from playground.settings import Settings
 
 # Events that do real work share a concurrency id per kind; the limit comes from the settings.
-HEAVY_KINDS = ("train", "generate", "attention", "baby")
+HEAVY_KINDS = ("train", "generate", "attention", "baby", "checkpoint")
 
 
 @dataclass

@@ -5,16 +5,29 @@ looks its session up by `request.session_hash`, which Gradio gives each browser 
 gradio_client `Client`:
 
     session = ctx.registry.get(request)       # created on first use; raises gr.Error if it expired
+    ctx.registry.claim_model(session)          # before giving it a model: may refuse, "server full"
     with ctx.registry.job(request, "training") as session:
         ...                                    # at most one heavy job per session at a time
 
-- `get` refreshes `last_used`; sessions idle longer than `settings.session_ttl_s` are swept.
-- At most `settings.max_sessions` sessions exist; a new one evicts the least recently used idle
-  one, whose owner then gets a gr.Error saying that their session expired (once; the next call
-  starts afresh).
-- `free(session_id)` drops a session (wired to `demo.unload`); a running training is stopped.
+The session hash is chosen by the client, so it is only ever a dictionary key (checked for
+length): every file a session writes is named by `Session.id`, a random id made here.
+
+Policy (a flood of cheap calls must not push out anybody's model):
+- A session starts *light*: it holds nothing worth keeping. Light sessions do not count
+  towards `max_sessions`; at most `max_light_sessions` exist, the least recently used light one
+  goes first, and each is freed after `api_ttl_s` idle.
+- `claim_model` gives a session one of the `max_sessions` model slots before it trains, loads a
+  checkpoint or trains a baby GPT; it keeps the slot until it is freed. When all slots are taken,
+  the least recently used model session idle for at least `evict_idle_s` is evicted (its owner is
+  told once); if none is, the newcomer is told the server is full. So only another learner's
+  model can push a model out, and only one left idle for a while.
+- A session whose page is open in a browser (`mark_browser`, from the page's load event) keeps its
+  model for `ttl_s` idle and is freed when the tab closes (`free`, wired to `demo.unload`); one
+  used over the API alone has no heartbeat, so it is freed after `api_ttl_s` idle.
 - `job` is a non-blocking per-session lock: a second heavy call while one runs gets a gr.Error
   naming the running job, instead of queueing or racing on the same model.
+- Freed sessions' memory is handed back (`release_memory`): garbage collected, and glibc's heap
+  trimmed so the process's RSS falls back too.
 
 Each tab owns its own `Session` fields and only reads the others (see the class).
 """
@@ -22,10 +35,14 @@ Each tab owns its own `Session` fields and only reads the others (see the class)
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import gc
+import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +50,8 @@ import gradio as gr
 import torch
 
 SWEEP_EVERY_S = 30.0  # sweeping is O(sessions); no need to do it on every request
-EXPIRED_MEMORY = 1000  # how many expired session ids we remember, to tell their owners
+EXPIRED_MEMORY = 1000  # how many expired session keys we remember, to tell their owners
+MAX_KEY_CHARS = 128  # Gradio's session hashes are about 11 characters; a key is kept in memory
 
 
 def _entropy_generator() -> torch.Generator:
@@ -42,11 +60,16 @@ def _entropy_generator() -> torch.Generator:
     return generator
 
 
+def _server_id() -> str:
+    return secrets.token_hex(16)
+
+
 @dataclass
 class Session:
     """One user's state. Fields are written by the tab named in the comment, read by all."""
 
-    id: str
+    key: str  # the client's session hash: a dictionary key only, never part of a path
+    id: str = field(default_factory=_server_id)  # made here: names the session's files
     model: Any = None  # core.model.GPT | None (Train tab; a loaded checkpoint)
     tokenizer: Any = None  # core.tokenizers.Tokenizer | None (Train tab)
     trainer: Any = None  # core.train.Trainer | None: keeps the optimizer, so Train continues (Train)
@@ -63,6 +86,8 @@ class Session:
     attention: Any = None  # the Attention tab's last analysis
     baby: Any = None  # the Baby GPT tab's own state object
     last_used: float = field(default_factory=time.monotonic)
+    holds_model: bool = False  # has one of the registry's model slots (registry)
+    browser: bool = False  # its page is open in a browser, so a heartbeat will tell us when it closes (registry)
     job_name: str | None = None  # the heavy job running now, if any (registry)
     stop_requested: bool = False  # Stop pressed; checked between training steps (Train)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -78,45 +103,80 @@ class Session:
             self.trainer.stop()
 
 
-def session_id(request: gr.Request | str) -> str:
+def session_key(request: gr.Request | str) -> str:
     """The session key of a request (tests and notebooks may pass the key itself)."""
-    if isinstance(request, str):
-        return request
-    key = getattr(request, "session_hash", None)
-    if not key:
-        raise gr.Error("This call has no session; call it through the Gradio queue (gradio_client or a browser).")
+    key = request if isinstance(request, str) else getattr(request, "session_hash", None)
+    if not key or not isinstance(key, str):
+        raise gr.Error("This call has no session; call it through the Gradio queue (gradio_client or a browser).",
+                       print_exception=False)
+    if len(key) > MAX_KEY_CHARS:
+        raise gr.Error(f"The session hash is {len(key):,} characters long; at most {MAX_KEY_CHARS} are accepted.",
+                       print_exception=False)
     return key
 
 
-class SessionRegistry:
-    """Thread-safe map session id -> Session with a cap, a time-to-live, and per-session jobs."""
+def release_memory() -> None:
+    """Give freed memory back to the system: collect cycles, then trim glibc's heap (elsewhere a no-op).
 
-    def __init__(self, max_sessions: int, ttl_s: float, clock=time.monotonic) -> None:
+    Without the trim, a Python process keeps the pages of freed tensors and its RSS never falls."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        return libc if libc is not None and hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _glibc()
+
+
+class SessionRegistry:
+    """Thread-safe map session key -> Session with model slots, time-to-live and per-session jobs
+    (the policy is in the module docstring)."""
+
+    def __init__(self, max_sessions: int, ttl_s: float, *, api_ttl_s: float = 600.0, evict_idle_s: float = 600.0,
+                 max_light_sessions: int = 1000, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_sessions = max_sessions
         self.ttl_s = ttl_s
+        self.api_ttl_s = api_ttl_s
+        self.evict_idle_s = evict_idle_s
+        self.max_light_sessions = max_light_sessions
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
-        self._expired: OrderedDict[str, str] = OrderedDict()  # id -> why, told to its owner once
+        self._expired: OrderedDict[str, str] = OrderedDict()  # key -> why, told to its owner once
         self._lock = threading.Lock()
         self._last_sweep = clock()
-        self._on_free: list = []
+        self._on_free: list[Callable[[Session], None]] = []
 
-    def on_free(self, callback) -> None:
-        """Call `callback(session_id)` whenever a session is freed, swept or evicted (e.g. to delete
-        its files). Callbacks run outside the registry's lock and must not raise."""
+    def on_free(self, callback: Callable[[Session], None]) -> None:
+        """Call `callback(session)` whenever a session is freed, swept or evicted (e.g. to delete
+        its files, named by `session.id`). Callbacks run outside the registry's lock and must not raise."""
         self._on_free.append(callback)
 
     def __len__(self) -> int:
         return len(self._sessions)
 
     def __contains__(self, request: gr.Request | str) -> bool:
-        return session_id(request) in self._sessions
+        return session_key(request) in self._sessions
+
+    def counts(self) -> dict[str, int]:
+        """How many sessions exist, and how many of them hold a model slot."""
+        with self._lock:
+            models = sum(s.holds_model for s in self._sessions.values())
+            return {"sessions": len(self._sessions), "models": models}
 
     def get(self, request: gr.Request | str) -> Session:
-        """This request's session, created on first use; gr.Error once if it was evicted or expired."""
-        key = session_id(request)
+        """This request's session, created (light) on first use; gr.Error once if its model was
+        evicted or expired."""
+        key = session_key(request)
         now = self._clock()
-        freed: list[str] = []
+        freed: list[Session] = []
         try:
             with self._lock:
                 if now - self._last_sweep >= SWEEP_EVERY_S:
@@ -124,12 +184,13 @@ class SessionRegistry:
                 why = self._expired.pop(key, None)
                 if why is not None:
                     raise gr.Error(
-                        f"Your session expired: {why} Your model is gone; start again (Train or upload a checkpoint)."
+                        f"Your session expired: {why} Your model is gone; start again (Train or upload a checkpoint).",
+                        print_exception=False,
                     )
                 session = self._sessions.get(key)
                 if session is None:
-                    freed += self._make_room_locked()
-                    session = self._sessions[key] = Session(id=key, last_used=now)
+                    freed += self._make_light_room_locked()
+                    session = self._sessions[key] = Session(key=key, last_used=now)
                 self._sessions.move_to_end(key)
                 session.last_used = now
                 return session
@@ -139,14 +200,41 @@ class SessionRegistry:
     def peek(self, request: gr.Request | str) -> Session | None:
         """The session if it exists, without creating it or refreshing its time."""
         with self._lock:
-            return self._sessions.get(session_id(request))
+            return self._sessions.get(session_key(request))
+
+    def mark_browser(self, request: gr.Request | str) -> None:
+        """This session's page is open in a browser: its heartbeat frees it when the tab closes."""
+        self.get(request).browser = True
 
     def touch(self, session: Session) -> None:
         """Mark a session as used now (long jobs call this so the sweep leaves them alone)."""
         with self._lock:
             session.last_used = self._clock()
-            if session.id in self._sessions:
-                self._sessions.move_to_end(session.id)
+            if session.key in self._sessions:
+                self._sessions.move_to_end(session.key)
+
+    def claim_model(self, session: Session) -> None:
+        """Give `session` a model slot (before it gets a model); gr.Error if the server is full."""
+        freed: list[Session] = []
+        try:
+            with self._lock:
+                if session.holds_model:
+                    return
+                holders = [s for s in self._sessions.values() if s.holds_model]  # least recent first
+                if len(holders) >= self.max_sessions:
+                    now = self._clock()
+                    idle = next((s for s in holders if not s.busy and now - s.last_used >= self.evict_idle_s), None)
+                    if idle is None:
+                        raise gr.Error(
+                            f"The server is full: {len(holders)} learners hold a model right now (its limit). "
+                            "Try again in a few minutes.", print_exception=False,
+                        )
+                    self._evict_locked(idle, f"the server holds at most {self.max_sessions} models and yours "
+                                             f"had been idle longest (over {self.evict_idle_s / 60:.0f} minutes).")
+                    freed.append(idle)
+                session.holds_model = True
+        finally:
+            self._notify(freed)
 
     @contextlib.contextmanager
     def job(self, request: gr.Request | str, name: str) -> Iterator[Session]:
@@ -155,7 +243,7 @@ class SessionRegistry:
         if not session._lock.acquire(blocking=False):
             raise gr.Error(
                 f"This session is already running {session.job_name or 'a job'}; "
-                "wait for it to finish or press Stop."
+                "wait for it to finish or press Stop.", print_exception=False,
             )
         session.job_name = name
         try:
@@ -167,49 +255,52 @@ class SessionRegistry:
 
     def free(self, request: gr.Request | str) -> None:
         """Drop a session now (its tab closed); a running training stops at its next step."""
-        key = session_id(request)
+        key = session_key(request)
         with self._lock:
             session = self._sessions.pop(key, None)
         if session is not None:
             session.stop_work()
-            self._notify([key])
+            self._notify([session])
 
     def sweep(self) -> int:
-        """Free sessions idle for longer than the TTL; returns how many were freed."""
+        """Free sessions idle for longer than their time-to-live; returns how many were freed."""
         with self._lock:
             freed = self._sweep_locked(self._clock())
         self._notify(freed)
         return len(freed)
 
-    def _sweep_locked(self, now: float) -> list[str]:
+    def _ttl(self, session: Session) -> float:
+        return self.ttl_s if session.browser and session.holds_model else self.api_ttl_s
+
+    def _sweep_locked(self, now: float) -> list[Session]:
         self._last_sweep = now
-        stale = [s for s in self._sessions.values() if now - s.last_used > self.ttl_s and not s.busy]
+        stale = [s for s in self._sessions.values() if now - s.last_used > self._ttl(s) and not s.busy]
         for session in stale:
-            self._evict_locked(session, f"it was idle for more than {self.ttl_s / 60:.0f} minutes.")
-        return [s.id for s in stale]
+            self._evict_locked(session, f"it was idle for more than {self._ttl(session) / 60:.0f} minutes.")
+        return stale
 
-    def _notify(self, freed: list[str]) -> None:
-        for key in freed:
+    def _make_light_room_locked(self) -> list[Session]:
+        """Room for one more light session: the least recently used light one goes (nothing is lost)."""
+        light = [s for s in self._sessions.values() if not s.holds_model and not s.busy]
+        excess = light[: max(0, len(light) - self.max_light_sessions + 1)]
+        for session in excess:
+            self._evict_locked(session, "")
+        return excess
+
+    def _notify(self, freed: list[Session]) -> None:
+        if not freed:
+            return
+        for session in freed:
             for callback in self._on_free:
-                callback(key)
-
-    def _make_room_locked(self) -> list[str]:
-        if len(self._sessions) < self.max_sessions:
-            return []
-        idle = next((s for s in self._sessions.values() if not s.busy), None)  # least recent first
-        if idle is None:
-            raise gr.Error(
-                f"The server is full: all {self.max_sessions} sessions are training right now. "
-                "Try again in a minute."
-            )
-        self._evict_locked(
-            idle, f"the server holds at most {self.max_sessions} sessions and yours was the least recently used."
-        )
-        return [idle.id]
+                callback(session)
+        if any(s.holds_model for s in freed):  # light sessions hold too little to be worth a collection
+            release_memory()
 
     def _evict_locked(self, session: Session, why: str) -> None:
-        del self._sessions[session.id]
+        """Drop a session; the owner of a model is told `why` on their next call (once)."""
+        del self._sessions[session.key]
         session.stop_work()
-        self._expired[session.id] = why
-        while len(self._expired) > EXPIRED_MEMORY:
-            self._expired.popitem(last=False)
+        if session.holds_model:
+            self._expired[session.key] = why
+            while len(self._expired) > EXPIRED_MEMORY:
+                self._expired.popitem(last=False)

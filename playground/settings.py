@@ -36,14 +36,22 @@ class Settings:
     max_prompt_chars: int = 10_000  # prompts and attention inputs
     max_upload_bytes: int = 40_000_000  # any upload: a max_params checkpoint is 32 MB
     max_attention_tokens: int = 256  # tokens shown in attention maps
-    # sessions
-    max_sessions: int = 60  # least recently used beyond this is evicted
-    session_ttl_s: float = 3600.0  # idle sessions are freed after this
+    # sessions (the policy is in playground/sessions.py)
+    max_sessions: int = 60  # sessions holding a model
+    max_light_sessions: int = 1000  # sessions holding none (a visitor who has not trained yet)
+    session_ttl_s: float = 3600.0  # a model in a tab open in a browser is freed after this idle
+    api_ttl_s: float = 600.0  # a session with no browser (no heartbeat), or without a model, after this
+    evict_idle_s: float = 600.0  # a model idle this long may make room for another learner's
+    # Gradio keeps its own state for every session hash it sees (about 0.8 MB each, with the last
+    # outputs): past this many the least recently used goes, and the sweep drops idle ones. The app
+    # keeps nothing there that matters (models live in the registry), so losing it costs nothing.
+    gradio_state_capacity: int = 100
     # queue: how many of each heavy event kind run at once; the rest wait in the queue
     train_concurrency: int = 2
     generate_concurrency: int = 4
     attention_concurrency: int = 4
     baby_concurrency: int = 2
+    checkpoint_concurrency: int = 1  # uploads and downloads one at a time: each briefly holds a model's bytes twice
     max_queue_size: int = 100
     # torch intra-op threads per process, see `playground.app.configure_torch`
     torch_threads: int = 1

@@ -239,7 +239,7 @@ def test_api_trains_scrubs_and_walks(running_app):
 @pytest.mark.parametrize("api_name, body, message", [
     ("baby_gpt_train", '["111101111011110", 2, 3, 4, 4, 16, 50, NaN, 1337, 1.0]', "Learning rate must be a finite"),
     ("baby_gpt_temperature", "[0, NaN]", "Temperature must be a finite"),
-    ("baby_gpt_temperature", "[0, Infinity]", "greater than maximum value 5.0"),  # Gradio's slider check
+    ("baby_gpt_temperature", "[0, Infinity]", "Temperature must be a finite"),
     ("baby_gpt_walk", '["111", 5, 0, 0, NaN]', "Temperature must be a finite"),
 ])
 def test_nan_and_infinity_sent_as_raw_json_are_refused(running_app, api_name, body, message):

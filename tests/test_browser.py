@@ -108,14 +108,16 @@ def test_bad_input_shows_a_clear_message_not_a_crash(page):
 
 def test_closing_a_tab_frees_its_session(running_app, browser):
     demo, url = running_app
+    before = len(demo.registry)
     page = browser.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url, wait_until="domcontentloaded")
     open_tab(page, "Generate")
-    before = len(demo.registry)
-    page.locator("#generate-button").click()  # no model yet: an error, but the session now exists
+    page.locator("#generate-button").click()  # no model yet: an error, but the session exists
     page.locator(".toast-body").filter(has_text="no model yet").wait_for()
     assert len(demo.registry) == before + 1
+    newest = next(reversed(demo.registry._sessions.values()))
+    assert newest.browser  # the page's load event said a browser holds it: it gets the long time-to-live
     page.close()  # demo.unload frees the session
     deadline = time.monotonic() + 30
     while len(demo.registry) > before and time.monotonic() < deadline:

@@ -1,5 +1,6 @@
 """The command line, run as users run it: a short training, then sampling from its checkpoint."""
 
+import json
 import os
 import subprocess
 import sys
@@ -80,3 +81,11 @@ def test_resume_goes_on_exactly_where_the_run_stopped(tmp_path):
     assert changed.returncode == 2 and "keeps its model" in changed.stderr
     both = run_cli("train", "--resume", str(tmp_path / "split"), "--preset", "repeat")
     assert both.returncode == 2 and "not allowed with" in both.stderr
+
+    config = tmp_path / "split" / "config.json"
+    description = json.loads(config.read_text())
+    description["meta"]["train_config"]["no_such_setting"] = 1  # a hand-edited or hostile checkpoint
+    config.write_text(json.dumps(description))
+    edited = run_cli("train", "--resume", str(tmp_path / "split"), "--max-iters", "9")
+    assert edited.returncode == 2 and "unknown fields: ['no_such_setting']" in edited.stderr
+    assert "Traceback" not in edited.stderr

@@ -1,8 +1,12 @@
 """Generation: KV-cache equivalence across window overflows, sampling filters, streaming."""
 
+import math
+
 import pytest
 import torch
+from torch.nn import functional as F
 
+from core.babygpt import softmax_with_temperature
 from core.config import GPTConfig, stage_config
 from core.model import GPT
 from core.sample import generate, sampling_probs, stream, window_start
@@ -74,6 +78,31 @@ def test_temperature_zero_is_argmax(model):
     out = generate(model, idx, 1, temperature=0)
     logits, _ = model(idx)
     assert out[0, -1].item() == logits[0, -1].argmax().item()
+
+
+@pytest.mark.parametrize("temperature", [1e-30, 1e-300, 5e-324])
+def test_tiny_temperatures_are_greedy_not_nan(model, temperature):
+    idx = torch.tensor([[3, 1, 4]])
+    greedy = generate(model, idx, 15, temperature=0)
+    assert torch.equal(generate(model, idx, 15, temperature=temperature, seed=0), greedy)
+    logits = model(idx)[0][:, -1]
+    for top_k, top_p in [(None, None), (3, None), (None, 0.9)]:
+        probs = sampling_probs(logits, temperature, top_k, top_p)
+        assert torch.equal(probs, F.one_hot(logits.argmax(-1), 16).float())
+    steps = list(stream(model, TOKENIZER, [3, 1, 4], 15, temperature=temperature, seed=0))
+    assert [s.token_id for s in steps] == greedy[0, 3:].tolist()
+    assert all(s.prob == 1.0 and all(math.isfinite(p) for _, _, p in s.alternatives) for s in steps)
+    # the baby GPT's chains share the same tempering (in float64)
+    baby = softmax_with_temperature(logits, temperature)
+    assert torch.equal(baby, F.one_hot(logits.argmax(-1), 16).double())
+
+
+def test_tempering_keeps_the_distribution_at_ordinary_temperatures():
+    logits = torch.tensor([[2.0, -1.0, 0.5, 30.0]])
+    for temperature in (0.3, 1.0, 7.0):
+        assert torch.allclose(sampling_probs(logits, temperature, None, None), torch.softmax(logits / temperature, -1))
+    huge = sampling_probs(logits, 1e300, None, None)  # as hot as it gets: uniform
+    assert torch.allclose(huge, torch.full((1, 4), 0.25))
 
 
 def test_top_k_and_top_p_of_one_token_are_greedy(model):

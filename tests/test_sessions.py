@@ -46,49 +46,75 @@ def test_each_session_has_its_own_random_stream():
     assert a.generator.initial_seed() != b.generator.initial_seed()
 
 
-def test_lru_session_is_evicted_and_its_owner_told_once():
-    registry = SessionRegistry(max_sessions=2, ttl_s=60)
-    registry.get("a").trainer = trainer = FakeTrainer()
-    registry.get("b")
-    registry.get("a")  # a is now the most recent; b is the least recently used
-    registry.get("c")
-    assert "b" not in registry and "a" in registry
-    with pytest.raises(gr.Error, match="expired.*at most 2 sessions"):
-        registry.get("b")
-    assert not trainer.stopped
-    assert registry.get("b").model is None  # the next call starts afresh ...
-    assert "a" not in registry and "c" in registry  # ... evicting the next least recently used
-    assert trainer.stopped  # an evicted session's training stops
+def model_session(registry, key):
+    """A session that trains: it takes a model slot."""
+    session = registry.get(key)
+    registry.claim_model(session)
+    return session
+
+
+def test_a_flood_of_sessions_without_models_evicts_no_model():
+    registry = SessionRegistry(max_sessions=2, ttl_s=60, max_light_sessions=5)
+    model_session(registry, "learner").model = "trained"
+    for i in range(100):  # e.g. /baby_gpt_walk with a new session hash each time
+        registry.get(f"flood-{i}")
+    assert registry.get("learner").model == "trained"
+    assert registry.counts() == {"sessions": 6, "models": 1}  # the light ones are capped at 5
+    registry.get("flood-0")  # a dropped light session starts afresh, with no "expired" message
+
+
+def test_a_model_evicts_only_a_model_idle_for_a_while_and_its_owner_is_told_once():
+    clock = Clock()
+    registry = SessionRegistry(max_sessions=2, ttl_s=3600, evict_idle_s=300, clock=clock)
+    model_session(registry, "a").trainer = trainer = FakeTrainer()
+    model_session(registry, "b")
+    with pytest.raises(gr.Error, match="server is full"):
+        model_session(registry, "c")
+    assert "a" in registry and "b" in registry
+    clock.now += 400
+    registry.get("b")  # b is in use; a has been idle for 400 s
+    model_session(registry, "c")
+    assert "a" not in registry and "b" in registry and trainer.stopped
+    with pytest.raises(gr.Error, match="expired.*at most 2 models"):
+        registry.get("a")
+    assert registry.get("a").model is None  # told once; the next call starts afresh
 
 
 def test_busy_sessions_are_never_evicted():
-    registry = SessionRegistry(max_sessions=1, ttl_s=60)
-    with registry.job("a", "training"):
+    clock = Clock()
+    registry = SessionRegistry(max_sessions=1, ttl_s=60, evict_idle_s=0, clock=clock)
+    with registry.job("a", "training") as session:
+        registry.claim_model(session)
+        clock.now += 1000
         with pytest.raises(gr.Error, match="server is full"):
-            registry.get("b")
-    registry.get("b")
+            model_session(registry, "b")
+        assert registry.sweep() == 0
+    model_session(registry, "b")
     assert "a" not in registry
 
 
-def test_idle_sessions_are_swept_after_the_ttl_and_training_is_stopped():
+def test_idle_sessions_are_swept_sooner_without_a_browser():
     clock = Clock()
-    registry = SessionRegistry(max_sessions=10, ttl_s=60, clock=clock)
+    registry = SessionRegistry(max_sessions=10, ttl_s=3600, api_ttl_s=600, clock=clock)
     freed = []
     registry.on_free(freed.append)
-    registry.get("old").trainer = trainer = FakeTrainer()
-    clock.now += 30
-    registry.get("young")
-    clock.now += 45  # old idle 75 s, young 45 s
-    assert registry.sweep() == 1
-    assert "old" not in registry and "young" in registry
-    assert trainer.stopped and freed == ["old"]
-    with pytest.raises(gr.Error, match="idle for more than 1 minutes"):
-        registry.get("old")
+    model_session(registry, "api").trainer = trainer = FakeTrainer()
+    model_session(registry, "tab")
+    registry.mark_browser("tab")
+    registry.get("visitor")  # holds nothing
+    clock.now += 700
+    assert registry.sweep() == 2
+    assert "api" not in registry and "visitor" not in registry and "tab" in registry
+    assert trainer.stopped and sorted(s.key for s in freed) == ["api", "visitor"]
+    with pytest.raises(gr.Error, match="idle for more than 10 minutes"):
+        registry.get("api")
+    clock.now += 3000  # the browser's model goes after the long TTL
+    assert registry.sweep() == 1 and "tab" not in registry
 
 
 def test_get_sweeps_by_itself_now_and_then():
     clock = Clock()
-    registry = SessionRegistry(max_sessions=10, ttl_s=10, clock=clock)
+    registry = SessionRegistry(max_sessions=10, ttl_s=10, api_ttl_s=10, clock=clock)
     registry.get("old")
     clock.now += 100
     registry.get("new")
@@ -99,11 +125,26 @@ def test_free_drops_the_session_and_stops_its_training():
     registry = SessionRegistry(max_sessions=10, ttl_s=60)
     freed = []
     registry.on_free(freed.append)
-    registry.get("a").trainer = trainer = FakeTrainer()
+    model_session(registry, "a").trainer = trainer = FakeTrainer()
     registry.free("a")
     registry.free("never-seen")  # no error
-    assert "a" not in registry and trainer.stopped and freed == ["a"]
+    assert "a" not in registry and trainer.stopped and [s.key for s in freed] == ["a"]
     registry.get("a")  # a closed tab's id is not "expired": nobody is there to tell
+
+
+@pytest.mark.parametrize("key", ["/etc", "../../tmp/x", "a\x00b", "é/../..", "C:\\Windows"])
+def test_files_are_named_by_a_server_id_never_by_the_client_key(key):
+    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+    session = registry.get(key)
+    assert session.key == key and session.id.isalnum() and len(session.id) == 32
+    assert registry.get(key).id == session.id and registry.get("other").id != session.id
+
+
+def test_overlong_session_keys_are_refused():
+    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+    with pytest.raises(gr.Error, match="session hash is 10,000 characters"):
+        registry.get("x" * 10_000)
+    assert len(registry) == 0
 
 
 def test_one_job_per_session():

@@ -1,12 +1,13 @@
 """The training engine: events, stop and resume, determinism, the divergence guard."""
 
 import math
+import re
 
 import pytest
 import torch
 
 from core import checkpoint
-from core.config import GPTConfig
+from core.config import STAGES, GPTConfig
 from core.data import TokenData, repeat_corpus
 from core.model import GPT
 from core.optim import learning_rate_at
@@ -145,11 +146,50 @@ def test_divergence_restores_the_last_good_weights():
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
     assert [row["step"] for row in trainer.history] == list(range(1, final.step + 1))
     # the user can lower the learning rate and carry on
-    for group in trainer.optimizer.param_groups:
-        group["lr"] = 1e-3
     trainer.config.learning_rate = trainer.config.min_lr = 1e-3
-    trainer.optimizer.state.clear()
     assert not any(e.error for e in trainer.run(until=final.step + 2))
+
+
+def test_divergence_goes_back_to_sound_weights_not_merely_finite_ones():
+    """Learning rate 1 without clipping or LayerNorm: the weights are wrecked (losses in the hundreds)
+    several steps before anything overflows. Going back one step kept them wrecked; going back to
+    the last sound evaluation lets a lower learning rate carry on from a sane loss."""
+    model = tiny_model(**STAGES["feed_forward"])
+    trainer = tiny_trainer(model, learning_rate=1.0, warmup_iters=0, grad_clip=0.0, max_iters=50, eval_interval=1)
+    snapshots, events = {}, []
+    for event in trainer.run():
+        events.append(event)
+        if not event.done:
+            snapshots[event.step] = weights(trainer.model)
+    final, initial_loss = events[-1], events[0].train_loss
+    diverged_at = int(re.search(r"diverged at step (\d+)", final.error)[1])
+    assert f"restored to step {final.step}, the last evaluation with a sound validation loss" in final.error
+    assert "optimizer's state was reset" in final.error
+    # the blow-up was caught while the loss was still finite, and the weights of the evaluation
+    # just before it (already wrecked) were not the ones kept
+    assert math.isfinite(events[-2].train_loss) and math.isfinite(final.train_loss) and final.train_loss > 100
+    assert 0 < final.step < diverged_at - 1
+    assert_same_weights(weights(trainer.model), snapshots[final.step])
+    assert [row["step"] for row in trainer.history] == list(range(1, final.step + 1))
+    assert not trainer.optimizer.state
+
+    trainer.config.learning_rate = trainer.config.min_lr = 1e-3
+    carried_on = [e for e in trainer.run(until=final.step + 10) if not e.done]
+    assert len(carried_on) == 10 and not any(e.error for e in carried_on)
+    assert max(e.train_loss for e in carried_on) < initial_loss + 1
+
+
+def test_a_run_can_go_back_to_where_it_started_with_the_loss_recorded_there():
+    trainer = tiny_trainer(max_iters=4, eval_interval=2)
+    list(trainer.run())
+    start = weights(trainer.model)
+    trainer.config.learning_rate = trainer.config.min_lr = 1e30
+    trainer.config.grad_clip = 0.0
+    final = list(trainer.run(until=20))[-1]
+    recorded = trainer.history[-1]["val_loss"]
+    assert f"restored to step 4, the last evaluation with a sound validation loss ({recorded:.3g})" in final.error
+    assert trainer.step == 4
+    assert_same_weights(weights(trainer.model), start)
 
 
 def test_estimate_loss_leaves_the_mode_alone():

@@ -107,6 +107,7 @@ class BabyHandlers:
         with validate.user_errors():
             run = BabyRun.start(sequence, config)
         with self.ctx.registry.job(request, "baby training") as session:
+            self.ctx.registry.claim_model(session)
             state = session.baby = BabyState(run)
             started = time.monotonic()
             shown = started - FRAME_INTERVAL_S  # the first snapshot is shown at once

@@ -76,8 +76,8 @@ class GenerateHandlers:
 
     def inspect_token(self, index, request: gr.Request) -> tuple:
         """(alternatives figure, description) of generated token number `index` (1-based)."""
-        session = self.registry.get(request)
-        steps = session.last_steps
+        index = validate.integer(index, "Token number", 1)
+        steps = self.registry.get(request).last_steps
         if not steps:
             return alternatives_figure([], None), "Generate some text first."
         index = validate.integer(index, "Token number", 1, len(steps))

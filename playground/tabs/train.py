@@ -232,6 +232,7 @@ class TrainHandlers:
             config = session.model.config
         else:
             self._check_size(config)
+            self.registry.claim_model(session)
         start = _step(session)
         if start >= train_config.max_iters:
             raise gr.Error(
@@ -346,7 +347,7 @@ class TrainHandlers:
                 "corpus": session.corpus_name, "steps": _step(session), "history": session.history,
                 "train_config": session.train_config.to_dict() if session.train_config else None,
             }
-            folder = self.scratch / session.id
+            folder = self._folder(session)
             shutil.rmtree(folder, ignore_errors=True)  # only the latest checkpoint of a session is kept
             with validate.user_errors():
                 return str(save_archive(folder / f"gpt-step{_step(session)}.zip", session.model, session.tokenizer, meta,
@@ -363,13 +364,15 @@ class TrainHandlers:
         """Replace the session's model with an uploaded checkpoint, and set the form to match it."""
         if not upload:
             raise gr.Error("Choose a checkpoint .zip to upload.")
+        path = _upload_path(upload)
         with self.registry.job(request, "loading a checkpoint") as session:
             with validate.user_errors():
-                model, tokenizer, meta = load_checkpoint_file(_upload_path(upload))
-                resume_state = load_trainer_state(_upload_path(upload))
-            self._check_caps(model.config)
-            history = meta.get("history") if isinstance(meta.get("history"), list) else []
-            history = [row for row in history if isinstance(row, dict) and {"step", "train_loss"} <= set(row)]
+                # The caps are checked on the checkpoint's config before a byte of weights is read,
+                # and every member is read with a bound that config implies.
+                model, tokenizer, meta = load_checkpoint_file(path, check_config=self._check_caps)
+                resume_state = load_trainer_state(path, config=model.config, max_history=self.settings.max_iters)
+            history = meta.get("history", [])
+            self.registry.claim_model(session)
             session.model, session.tokenizer, session.trainer = model.train(), tokenizer, None
             session.history, session.train_config, session.resume_state = history, None, resume_state
             session.corpus_name = str(meta.get("corpus") or "an uploaded checkpoint")
@@ -391,8 +394,12 @@ class TrainHandlers:
                              cap=s.cap_hint(cap))
         self._check_size(config)
 
-    def free(self, session_id: str) -> None:
-        shutil.rmtree(self.scratch / session_id, ignore_errors=True)
+    def _folder(self, session: Session) -> Path:
+        """The session's download folder, named by the server's id for it (never the client's hash)."""
+        return self.scratch / session.id
+
+    def free(self, session: Session) -> None:
+        shutil.rmtree(self._folder(session), ignore_errors=True)
 
 
 # ------------------------------------------------------------------ small helpers
@@ -575,10 +582,12 @@ def build(ctx: AppContext) -> TrainHandlers:
     train_btn.click(handlers.train, form, live, api_name="train", **ctx.heavy("train"))
     stop_btn.click(handlers.stop, None, status, api_name="stop", **cheap)
     reset_btn.click(handlers.reset, None, live, api_name="reset", **cheap)
-    save_btn.click(handlers.save_checkpoint, None, checkpoint_file, api_name="save_checkpoint", **cheap)
+    # One checkpoint at a time on the whole server: each briefly holds a model's bytes twice.
+    one_at_a_time = dict(**ctx.heavy("checkpoint"), show_progress="minimal")
+    save_btn.click(handlers.save_checkpoint, None, checkpoint_file, api_name="save_checkpoint", **one_at_a_time)
     checkpoint_upload.upload(
         handlers.load_checkpoint, checkpoint_upload,
         [status, loss_plot, tokenizer, stage, n_layer, n_head, n_embd, block_size, dropout, ctx.model_changed],
-        api_name="load_checkpoint", **cheap,
+        api_name="load_checkpoint", **one_at_a_time,
     )
     return handlers

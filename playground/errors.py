@@ -1,0 +1,113 @@
+"""How errors reach the user and the log, for every event of the app at once.
+
+    with GuardedBlocks() as demo:   # a gr.Blocks whose own input checks answer with a message
+        ...                          # wire events as usual
+    harden(demo)                     # every handler: raw inputs, a message for every error
+
+- Handlers get the raw JSON values a request carries (`preprocess=False`): the app's own checks
+  (`playground.validate`) then name the field and what is allowed, where Gradio's component
+  preprocessing would fail with an empty error on `"abc"`, `null` or NaN, turn `true` into 1, or
+  echo a 10 MB value back. Files are still moved into Gradio's cache and path-checked before.
+- A user error (gr.Error) is logged as one short line, without a traceback.
+- Anything else is a server bug: its traceback is logged, and the user gets a message saying so
+  (never an empty error); the session's model is untouched, since handlers only replace it once
+  a new one is complete.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import gradio as gr
+
+log = logging.getLogger("playground")
+MESSAGE_CHARS = 600  # what a user is shown of any message at most
+LOG_CHARS = 200  # what the log keeps of one
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how much was left out."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
+def _answer(error: Exception, where: str) -> gr.Error:
+    """The gr.Error a user sees for `error`, logged once: one line for theirs, a traceback for ours."""
+    if isinstance(error, gr.Error):
+        log.info("user error in %s: %s", where, shorten(error.message, LOG_CHARS).replace("\n", " "))
+        error.message = shorten(error.message, MESSAGE_CHARS)
+        error.print_exception = False
+        return error
+    log.error("server error in %s", where, exc_info=error)
+    return gr.Error(
+        f"The server hit an unexpected problem ({type(error).__name__}) and has logged it. Your model is "
+        "kept; try again, or change the input.", print_exception=False,
+    )
+
+
+def guard(fn: Callable, where: str) -> Callable:
+    """`fn` (a function or a generator function) whose every exception becomes a logged gr.Error."""
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def guarded_generator(*args, **kwargs):
+            try:
+                yield from fn(*args, **kwargs)
+            except Exception as error:  # GeneratorExit (a cancelled stream) is not an Exception
+                raise _answer(error, where) from None
+
+        return guarded_generator
+
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as error:
+            raise _answer(error, where) from None
+
+    return guarded
+
+
+class GuardedBlocks(gr.Blocks):
+    """gr.Blocks whose own request checks (too few inputs, a file outside its cache, malformed file
+    data) answer with a short message and one log line, not an empty error and a traceback that
+    echoes the whole request."""
+
+    async def preprocess_data(self, block_fn, inputs: list[Any], state, explicit_call: bool = False):
+        try:
+            return await super().preprocess_data(block_fn, inputs, state, explicit_call)
+        except gr.Error as error:
+            raise _answer(error, _where(block_fn)) from None
+        except Exception as error:
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise _answer(gr.Error(f"The request's inputs are not valid: {shorten(first_line, 200)}"),
+                          _where(block_fn)) from None
+        finally:
+            _forget_inputs(state, block_fn)
+
+
+def _forget_inputs(state, block_fn) -> None:
+    """Drop the copy of each input that Gradio keeps in the session's state (for deep links, which
+    this app does not use): otherwise every session hash keeps, say, a 2 MB pasted text for as long
+    as Gradio keeps its state."""
+    values = getattr(state, "config_values", {})
+    for block in block_fn.inputs:
+        props = values.get(block._id, {}).get("props")
+        if props is not None:
+            props["value"] = None
+
+
+def harden(demo: gr.Blocks) -> None:
+    """Guard every handler of `demo` and give it the raw inputs (see the module docstring)."""
+    for block_fn in demo.fns.values():
+        if block_fn.fn is None:  # a front-end-only event (e.g. a Stop that cancels)
+            continue
+        block_fn.fn = guard(block_fn.fn, _where(block_fn))
+        block_fn.preprocess = False
+
+
+def _where(block_fn) -> str:
+    return f"/{block_fn.api_name}" if block_fn.api_name else (block_fn.name or "an event")

@@ -1,0 +1,317 @@
+"""A hostile client against the real running app, over raw HTTP as an attacker would send it.
+
+Every request here picks its own session hash and its own JSON (Gradio's queue accepts both from
+anyone), so these tests see what a public Space sees: paths in session hashes, checkpoints that
+lie about their size, floods of new sessions, malformed fields, and sessions left behind.
+"""
+
+import io
+import json
+import logging
+import math
+import os
+import time
+import urllib.parse
+import zipfile
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from core.checkpoint import save_archive
+from core.config import GPTConfig
+from core.model import GPT
+from core.tokenizers import CharTokenizer
+from playground.settings import Settings
+from tests.conftest import serve
+
+pytestmark = pytest.mark.integration
+
+# A tiny model on the copy task (the Train form, in the API's order): a second or two of training.
+TINY = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_layer=1, n_head=2, n_embd=16,
+            block_size=16, dropout=0.0, steps=20, batch_size=8, learning_rate=3e-3, seed=1, warmup=2,
+            eval_interval=10, weight_decay=0.01, grad_clip=1.0, text="", upload=None)
+# The Generate form: prompt, max new tokens, temperature, top-k, top-p, seed.
+GENERATE = ["qwhzbkad|", 5, 0.8, 0, 1.0, 1]
+
+
+class Hostile:
+    """Raw HTTP to one running app: any event by its index, any session hash, any JSON."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        config = httpx.get(f"{url}config", timeout=30).json()  # what the page itself reads
+        self.index = {d["api_name"]: d["id"] for d in config["dependencies"] if d.get("api_name")}
+
+    def call(self, api_name: str, data, session_hash: str, timeout: float = 120) -> dict:
+        """Join the queue as the browser does and return the last message: {"success", "output"}."""
+        body = json.dumps({"data": data, "fn_index": self.index[api_name], "session_hash": session_hash,
+                           "event_data": None, "trigger_id": None}, allow_nan=True)
+        joined = httpx.post(f"{self.url}gradio_api/queue/join", content=body,
+                            headers={"content-type": "application/json"}, timeout=30)
+        if joined.status_code != 200:
+            return {"success": False, "output": {"error": joined.text}, "status": joined.status_code}
+        query = urllib.parse.urlencode({"session_hash": session_hash})
+        last = None
+        with httpx.stream("GET", f"{self.url}gradio_api/queue/data?{query}", timeout=timeout) as stream:
+            for line in stream.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                message = json.loads(line[5:])
+                if message.get("msg") == "process_completed":
+                    last = message
+                if message.get("msg") == "close_stream" or last is not None:
+                    break
+        assert last is not None, f"no answer from /{api_name}"
+        return last
+
+    def ok(self, api_name: str, data, session_hash: str) -> list:
+        answer = self.call(api_name, data, session_hash)
+        assert answer["success"], answer
+        return answer["output"]["data"]
+
+    def error(self, api_name: str, data, session_hash: str) -> str:
+        answer = self.call(api_name, data, session_hash)
+        assert not answer["success"], answer
+        message = (answer.get("output") or {}).get("error")
+        assert message, f"/{api_name} failed with an empty error: {answer}"
+        return message
+
+    def upload(self, name: str, content: bytes) -> dict:
+        """A file sent to Gradio's upload route, as the FileData an event takes."""
+        answer = httpx.post(f"{self.url}gradio_api/upload", files={"files": (name, content)}, timeout=60)
+        answer.raise_for_status()
+        return {"path": answer.json()[0], "orig_name": name, "meta": {"_type": "gradio.FileData"}}
+
+
+@pytest.fixture(scope="module")
+def app(running_app):
+    return Hostile(running_app[1])
+
+
+def form(**changes) -> list:
+    return list({**TINY, **changes}.values())
+
+
+def checkpoint_bytes(model_config: dict | None = None, weights: bytes | None = None) -> bytes:
+    """A real tiny checkpoint .zip, optionally with its config or weights replaced."""
+    tokenizer = CharTokenizer.from_text("ab")
+    model = GPT(GPTConfig(vocab_size=2, block_size=4, n_layer=1, n_head=1, n_embd=8))
+    buffer = io.BytesIO()
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"hostile-{os.getpid()}-{time.monotonic_ns()}.zip"
+    try:
+        save_archive(path, model, tokenizer)
+        with zipfile.ZipFile(path) as src, zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as dst:
+            description = json.loads(src.read("config.json"))
+            if model_config is not None:
+                description["model"] = {**description["model"], **model_config}
+            dst.writestr("config.json", json.dumps(description))
+            dst.writestr("model.safetensors", weights if weights is not None else src.read("model.safetensors"))
+    finally:
+        path.unlink(missing_ok=True)
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------- 1. the session hash is never a path
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def hostile_hashes(canary: Path) -> list[str]:
+    climb = "../" * 12 + str(canary).lstrip("/")  # from any folder depth up to / and down to the canary
+    return [str(canary), climb, "..", "../..", "a\x00/../../b", "é/../../ü", "\\..\\..\\windows", "x" * 100]
+
+
+def test_session_hashes_that_look_like_paths_touch_nothing_outside_the_app(app, tmp_path):
+    canary = tmp_path / "canary"
+    (canary / "inner").mkdir(parents=True)
+    (canary / "keep.txt").write_text("still here")
+    (canary / "inner" / "also.txt").write_text("me too")
+    before = snapshot(canary)
+    upload = app.upload("model.zip", checkpoint_bytes())
+    for session_hash in hostile_hashes(canary):
+        trained = app.ok("train", form(), session_hash)
+        assert trained[0].startswith("Done"), trained[0]
+        saved = app.ok("save_checkpoint", [], session_hash)[0]
+        assert session_hash not in saved["path"] and "canary" not in saved["path"]
+        assert app.ok("load_checkpoint", [upload], session_hash)[0].startswith("Loaded")
+        app.call("free_session", [], session_hash)  # the unload function, callable by its index
+        assert snapshot(canary) == before, session_hash
+    assert snapshot(canary) == before
+
+
+def test_overlong_session_hashes_are_refused_with_a_message(app):
+    message = app.error("generate", GENERATE, "h" * 1000)
+    assert "session hash is 1,000 characters" in message
+
+
+# ---------------------------------------------------------------- 2. checkpoints that lie about their size
+
+
+@pytest.mark.parametrize("model_config, message", [
+    (dict(n_embd=4096), "embedding size must be at most 256"),
+    (dict(n_embd=1_048_576), "embedding size must be at most 256"),
+    (dict(n_layer=10_000), "layers must be at most 6"),
+    (dict(vocab_size=3_000_000), "tokenizer has 2 tokens but the model expects 3000000"),
+])
+def test_a_tiny_checkpoint_claiming_a_huge_model_is_refused_before_it_is_built(app, model_config, message):
+    upload = app.upload("huge.zip", checkpoint_bytes(model_config))
+    assert len(checkpoint_bytes(model_config)) < 5000
+    assert message in app.error("load_checkpoint", [upload], "lying-config").lower().replace("n_embd", "embedding size")
+
+
+def test_a_zip_bomb_is_refused_before_it_is_unpacked(app):
+    bomb = checkpoint_bytes(weights=b"\0" * 300_000_000)  # 300 MB of zeros pack into about 300 KB
+    assert len(bomb) < 1_000_000
+    message = app.error("load_checkpoint", [app.upload("bomb.zip", bomb)], "bomber")
+    # The bound comes from the model its config describes: its weights' exact size plus a header.
+    assert "model.safetensors is 300,000,000 bytes; the limit is 73,960" in message
+
+
+def test_non_finite_weights_and_bad_histories_are_refused(app):
+    model = GPT(GPTConfig(vocab_size=2, block_size=4, n_layer=1, n_head=1, n_embd=8))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"nan-{os.getpid()}.zip"
+    try:
+        save_archive(path, model, CharTokenizer.from_text("ab"))
+        message = app.error("load_checkpoint", [app.upload("nan.zip", path.read_bytes())], "nan-loader")
+    finally:
+        path.unlink(missing_ok=True)
+    assert "nan" in message.lower() or "finite" in message.lower()
+
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"history-{os.getpid()}.zip"
+    try:
+        save_archive(path, GPT(GPTConfig(vocab_size=2, block_size=4, n_layer=1, n_head=1, n_embd=8)),
+                     CharTokenizer.from_text("ab"), meta={"history": [{"step": "abc", "train_loss": 1.0}]})
+        message = app.error("load_checkpoint", [app.upload("history.zip", path.read_bytes())], "history-loader")
+    finally:
+        path.unlink(missing_ok=True)
+    assert "step" in message
+
+
+def test_checkpoints_load_one_at_a_time(running_app, app):
+    fns = running_app[0].fns
+    load, save = fns[app.index["load_checkpoint"]], fns[app.index["save_checkpoint"]]
+    assert load.concurrency_limit == 1 and save.concurrency_id == load.concurrency_id
+
+
+# ---------------------------------------------------------------- 3. a flood cannot evict a learner
+
+
+def test_a_flood_of_new_sessions_does_not_evict_a_trained_model():
+    settings = Settings.from_env({}, max_sessions=3, max_light_sessions=10)
+    with serve(settings) as (demo, url):
+        app = Hostile(url)
+        app.ok("train", form(), "victim")
+        for i in range(40):  # cheap calls, each from a new session, 13 times the light cap
+            app.ok("baby_gpt_walk", ["", 5, 0, 0, 1.0], f"flood-{i}")
+        assert demo.registry.counts() == {"sessions": 11, "models": 1}
+        tokens, text, status = app.ok("generate", GENERATE, "victim")
+        assert text.startswith("qwhzbkad|") and "tokens" in status
+        # Trainers fill the model slots; the victim, in use a moment ago, is not pushed out.
+        for i in range(2):
+            app.ok("train", form(), f"trainer-{i}")
+        message = app.error("train", form(), "one-too-many")
+        assert "server is full" in message
+        assert app.ok("generate", GENERATE, "victim")[1].startswith("qwhzbkad|")
+
+
+# ---------------------------------------------------------------- 4. every malformed field gets a message
+
+
+FIELD_NAMES = {  # the Train form's fields as the error messages name them
+    "n_layer": "Layers", "n_head": "Heads", "n_embd": "Embedding size", "block_size": "Block size",
+    "dropout": "Dropout", "steps": "Steps", "batch_size": "Batch size", "learning_rate": "Learning rate",
+    "seed": "Seed", "warmup": "Warmup steps", "eval_interval": "Evaluate every", "weight_decay": "Weight decay",
+    "grad_clip": "Gradient clip",
+}
+
+
+@pytest.mark.parametrize("bad", ["abc", None, [], {}, True, math.nan, math.inf, 1e300, -5, 2.5])
+def test_every_numeric_training_field_answers_bad_values_with_its_name(app, bad):
+    for field, name in FIELD_NAMES.items():
+        if bad == 2.5 and field == "grad_clip":
+            continue  # 2.5 is a fine gradient clip
+        message = app.error("train", form(**{field: bad}), "malformed")
+        assert name in message, (field, bad, message)
+
+
+@pytest.fixture(scope="module")
+def generator(app):
+    """A session with a trained tiny model."""
+    app.ok("train", form(), "generator")
+    return "generator"
+
+
+@pytest.mark.parametrize("index, bad, name", [
+    (0, 12345, "Prompt"), (1, "abc", "Max new tokens"), (1, None, "Max new tokens"), (2, math.nan, "Temperature"),
+    (2, [], "Temperature"), (3, math.inf, "Top-k"), (3, True, "Top-k"), (4, "x", "Top-p"), (5, 0.5, "Seed"),
+    (5, math.nan, "Seed"),
+])
+def test_every_generation_field_answers_bad_values_with_its_name(app, generator, index, bad, name):
+    data = list(GENERATE)
+    data[index] = bad
+    assert name in app.error("generate", data, generator)
+
+
+@pytest.mark.parametrize("api_name, data", [
+    ("preset", ["no-such-preset"]), ("preset", [None]), ("attention", [None]), ("attention_head", ["a", "b"]),
+    ("baby_gpt_walk", [[], "x", None, {}, "hot"]), ("baby_gpt_scrub", [1e9, 1.0]), ("inspect_token", ["x"]),
+    ("train", form()[:3]),  # too few inputs
+    ("load_checkpoint", [{"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}]),
+    ("load_checkpoint", ["not a file"]),
+])
+def test_no_endpoint_answers_with_an_empty_error(app, api_name, data):
+    app.error(api_name, data, "malformed-elsewhere")  # asserts the message is not empty
+
+
+def test_a_tiny_temperature_samples_the_likeliest_tokens(app):
+    app.ok("train", form(steps=200), "cold")
+    _, text, _ = app.ok("generate", ["qwhzbkad|", 8, 1e-300, 0, 1.0, 1], "cold")
+    _, greedy, _ = app.ok("generate", ["qwhzbkad|", 8, 0, 0, 1.0, 1], "cold")
+    assert text == greedy
+
+
+# ---------------------------------------------------------------- 5. the log: one line per user error
+
+
+def test_user_errors_are_one_short_log_line_and_huge_inputs_are_not_echoed(app, caplog, capfd):
+    huge = "z" * 10_000_000
+    with caplog.at_level(logging.INFO, logger="playground"):
+        message = app.error("preset", [huge], "huge-input")
+    assert len(message) < 1000 and "Preset" in message
+    lines = [r.getMessage() for r in caplog.records if r.name == "playground" and "/preset" in r.getMessage()]
+    assert len(lines) == 1 and len(lines[0]) < 500 and "\n" not in lines[0]
+    assert "Traceback" not in capfd.readouterr().err
+
+
+# ---------------------------------------------------------------- 6. divergence restores sound weights
+
+
+def test_a_diverged_run_goes_back_to_sound_weights_and_trains_on(app):
+    diverging = form(learning_rate=1.0, grad_clip=0, warmup=0, steps=300, eval_interval=20, n_embd=32)
+    message = app.error("train", diverging, "diverger")
+    assert "diverged" in message and "restored to step" in message
+    final = app.ok("train", form(learning_rate=1e-3, grad_clip=1.0, steps=400, n_embd=32), "diverger")
+    loss = float(final[0].split("training loss ")[1].split(",")[0].rstrip("."))
+    assert loss < 4.0, final[0]  # ln(vocabulary) is about 3.3 for the copy task; a wrecked model is far above
+
+
+# ---------------------------------------------------------------- 7. sessions left behind are freed
+
+
+def test_sessions_without_a_browser_are_freed_after_a_short_idle_time():
+    with serve(Settings.from_env({}, api_ttl_s=1.0)) as (demo, url):
+        app = Hostile(url)
+        app.ok("train", form(), "left-behind")
+        assert demo.registry.counts()["models"] == 1
+        deadline = time.monotonic() + 20
+        while demo.registry.counts()["sessions"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert demo.registry.counts() == {"sessions": 0, "models": 0}
+        assert "expired" in app.error("generate", GENERATE, "left-behind")
