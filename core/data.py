@@ -143,15 +143,19 @@ class CorpusInfo:
     title: str
     description: str
     needs_download: bool = False
+    # A task line's question ends at this character; the rest of the line, its answer, follows from
+    # the question. The question itself is random, so the loss over whole lines has a floor.
+    answer_after: str | None = None
 
 
 CORPORA: dict[str, CorpusInfo] = {
     "shakespeare": CorpusInfo(
         "Tiny Shakespeare", "1.1M characters of Shakespeare's plays (downloaded once, 1.1 MB).", True
     ),
-    "repeat": CorpusInfo("Copy task", "Random words written twice: watch a copying head form."),
-    "reverse": CorpusInfo("Reverse task", "Random words then their reversal: an anti-diagonal pattern."),
-    "sort": CorpusInfo("Sort task", "Random digits then the same digits sorted."),
+    "repeat": CorpusInfo("Copy task", "Random words written twice: watch a copying head form.", answer_after="|"),
+    "reverse": CorpusInfo("Reverse task", "Random words then their reversal: an anti-diagonal pattern.",
+                          answer_after=">"),
+    "sort": CorpusInfo("Sort task", "Random digits then the same digits sorted.", answer_after="="),
     "binary": CorpusInfo("Binary sequence", f"The baby GPT's sequence {BABY_GPT_SEQUENCE}, repeated."),
 }
 
@@ -220,12 +224,21 @@ class TokenData:
 
     train: torch.Tensor  # (N_train,) int64
     val: torch.Tensor  # (N_val,) int64
+    val_answers: torch.Tensor | None = None  # (N_val,) bool: see `answer_targets`; task corpora only
 
     @classmethod
-    def from_text(cls, text: str, tokenizer: Tokenizer, block_size: int) -> "TokenData":
+    def from_text(cls, text: str, tokenizer: Tokenizer, block_size: int,
+                  answer_after: str | None = None) -> "TokenData":
+        """The text's tokens, split; with `answer_after` (a task's separator, see CorpusInfo) the
+        validation split also marks which targets are answers, if the separator and the newline
+        are single tokens of this tokenizer."""
         ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
         n_train = int(TRAIN_FRACTION * len(ids))
         data = cls(ids[:n_train], ids[n_train:])
+        if answer_after is not None:
+            separator, newline = tokenizer.encode(answer_after), tokenizer.encode("\n")
+            if len(separator) == 1 and len(newline) == 1:
+                data.val_answers = answer_targets(data.val, separator[0], newline[0])
         shortest = min(len(data.train), len(data.val))
         if shortest <= block_size:
             raise DataError(
@@ -233,6 +246,21 @@ class TokenData:
                 f"{len(data.val):,} tokens. Use a longer text or a smaller block size."
             )
         return data
+
+
+def answer_targets(ids: torch.Tensor, separator: int, newline: int) -> torch.Tensor:
+    """(N,) bool: True at position t when its target, ids[t + 1], belongs to a line's answer (after
+    the separator, through the newline that ends the line). The last position has no target."""
+    answers = torch.zeros(len(ids), dtype=torch.bool)
+    in_answer = False
+    for t, token in enumerate(ids.tolist()):
+        if in_answer and t > 0:
+            answers[t - 1] = True  # token t is an answer: so is the target of position t - 1
+        if token == separator:
+            in_answer = True
+        elif token == newline:
+            in_answer = False
+    return answers
 
 
 def get_batch(

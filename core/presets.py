@@ -88,7 +88,9 @@ PRESETS: dict[str, Preset] = {
             "Random 8-letter words written twice (abcdefgh|abcdefgh). To copy the second half, a head "
             "looks at the letter after the earlier copy of the current one, 8 places back. Every word "
             "has 8 letters, so the model may learn a fixed offset rather than a true induction head: "
-            "the Attention tab's induction probe tells the two apart.",
+            "the Attention tab's induction probe tells the two apart. The loss levels off near 1.9 "
+            "however well it copies: the first half of each line is random, so no model can predict "
+            "it; the green line and the progress bar score the copied half alone.",
             "repeat", "char", model=dict(TASK_MODEL), train=dict(TASK_TRAIN),
         ),
         Preset(

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+from torch.nn import functional as F
 
 from core.attention import attention_maps
 from core.data import TokenData, get_batch
@@ -113,6 +114,11 @@ class TrainEvent:
     sample: str | None = None  # decoded fresh sample, on sample steps (needs a tokenizer)
     attention: list[torch.Tensor] | None = None  # per layer (H, T, T) for the probe prompt
     probe_ids: list[int] | None = None
+    # On evaluation steps of a task corpus (TokenData.val_answers): loss and greedy accuracy on the
+    # answer halves of validation lines, the part a model can learn; the random questions set a
+    # floor under the whole-line loss that these do not have.
+    answer_loss: float | None = None
+    answer_accuracy: float | None = None
     done: bool = False
     stopped: bool = False
     error: str | None = None  # divergence message (weights restored to the last good ones)
@@ -177,6 +183,7 @@ class Trainer:
             raise ValueError(f"the data is too short for a context of {block_size} tokens")
         self.train_data = data.train.to(self.device)
         self.val_data = data.val.to(self.device)
+        self.val_answers = None if data.val_answers is None else data.val_answers.to(self.device)
         self.probe_ids = self._probe_ids(probe_text)
 
         self.optimizer = configure_optimizer(
@@ -247,6 +254,27 @@ class Trainer:
             losses[split] = total.item() / self.config.eval_iters
         self.model.train(was_training)
         return losses
+
+    @torch.no_grad()
+    def answer_score(self, max_windows: int = 64) -> tuple[float, float] | None:
+        """(loss, greedy accuracy) on the answer targets of the first `max_windows` non-overlapping
+        context windows of the validation split; None without answer marks (see TokenData)."""
+        if self.val_answers is None:
+            return None
+        T = self.model.config.block_size
+        n = min(max_windows, (len(self.val_data) - 1) // T)
+        x, y = self.val_data[: n * T].view(n, T), self.val_data[1: n * T + 1].view(n, T)
+        answers = self.val_answers[: n * T].view(n, T)
+        if not answers.any():
+            return None
+        was_training = self.model.training
+        self.model.eval()
+        with self._autocast():
+            logits = self._forward(x)[0].float()
+        self.model.train(was_training)
+        losses = F.cross_entropy(logits[answers], y[answers], reduction="none")
+        right = logits[answers].argmax(-1) == y[answers]
+        return losses.mean().item(), right.float().mean().item()
 
     def state_dict(self) -> dict:
         """Everything beyond the weights that a resumed run needs to continue identically (a copy)."""
@@ -323,13 +351,18 @@ class Trainer:
         self._smooth(trained - started)
 
         last = self.step == until
-        val_loss = None
+        val_loss, answers = None, None
         if last or self.step % cfg.eval_interval == 0:
             val_loss = self.estimate_loss(("val",))["val"]  # the events report validation loss only
+            answers = self.answer_score()
             if self._sound(val_loss, self._good_loss):
                 self._remember(val_loss)
-        self.history.append({"step": self.step, "train_loss": loss_value, "val_loss": val_loss, "lr": lr})
+        row = {"step": self.step, "train_loss": loss_value, "val_loss": val_loss, "lr": lr}
+        if answers is not None:
+            row["answer_loss"], row["answer_accuracy"] = answers
+        self.history.append(row)
         event = self._event(loss_value, val_loss, lr, until)
+        event.answer_loss, event.answer_accuracy = answers or (None, None)
         if self._due(cfg.sample_interval, last) and self.tokenizer is not None:
             event.sample = self.sample()
         if self._due(cfg.attention_interval, last):

@@ -31,6 +31,7 @@ INTRO = (
     "Train a tiny GPT in your browser, generate text token by token, and look inside every "
     "attention head. Start on **Train** with the default task, then explore the other tabs."
 )
+CLOSE_MESSAGES = "() => document.querySelectorAll('.toast-close').forEach((button) => button.click())"
 # (tab id, title, module with build(ctx))
 TABS = (
     ("train", "Train", train),
@@ -69,8 +70,10 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
         with gr.Tabs() as tabs:
             ctx = AppContext(settings=settings, registry=registry, model_changed=model_changed, tabs=tabs, demo=demo)
             for tab_id, title, module in TABS:
-                with gr.Tab(title, id=tab_id, elem_id=f"tab-{tab_id}"):
+                with gr.Tab(title, id=tab_id, elem_id=f"tab-{tab_id}") as tab:
                     module.build(ctx)
+                # A message belongs to the tab it came from: switching tabs closes it (in the browser).
+                tab.select(None, js=CLOSE_MESSAGES)
         # An open page has a heartbeat: its model may stay while the tab is open, and a closed tab
         # frees it now rather than when the sweep finds it.
         demo.load(_browser_marker(registry), None, None, api_visibility="private", **AppContext.cheap())

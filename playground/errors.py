@@ -52,22 +52,21 @@ def _answer(error: Exception, where: str) -> gr.Error:
 def guard(fn: Callable, where: str) -> Callable:
     """`fn` (a function or a generator function) whose every exception becomes a logged gr.Error."""
     if inspect.isgeneratorfunction(fn):
-        @functools.wraps(fn)
-        def guarded_generator(*args, **kwargs):
+        def guarded(*args, **kwargs):
             try:
                 yield from fn(*args, **kwargs)
             except Exception as error:  # GeneratorExit (a cancelled stream) is not an Exception
                 raise _answer(error, where) from None
-
-        return guarded_generator
-
-    @functools.wraps(fn)
-    def guarded(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except Exception as error:
-            raise _answer(error, where) from None
-
+    else:
+        def guarded(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as error:
+                raise _answer(error, where) from None
+    functools.update_wrapper(guarded, fn)
+    # Gradio reads the parameters (gr.Request, event data) from the signature: fn's, as its callers see
+    # it (a bound method's without `self`, even where its function carries a __signature__ of its own).
+    guarded.__signature__ = inspect.signature(fn)
     return guarded
 
 

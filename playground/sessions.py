@@ -65,19 +65,37 @@ def _server_id() -> str:
 
 
 @dataclass
+class TrainedModel:
+    """A session's GPT and what came with it: the Train tab makes it (training, or a loaded
+    checkpoint) and continues it; Generate and Attention read its model and tokenizer."""
+
+    model: Any  # core.model.GPT
+    tokenizer: Any  # core.tokenizers.Tokenizer
+    corpus_name: str  # what it was trained on, for display
+    history: list[dict] = field(default_factory=list)  # step/train_loss/val_loss/lr rows
+    trainer: Any = None  # core.train.Trainer | None: keeps the optimizer, so Train continues
+    train_config: Any = None  # core.train.TrainConfig | None of the last run
+    resume_state: dict | None = None  # an uploaded checkpoint's training state, for the next Train
+
+    @property
+    def step(self) -> int:
+        """How many steps the model has trained."""
+        if self.trainer is not None:
+            return self.trainer.step
+        return self.history[-1]["step"] if self.history else 0
+
+    def training_state(self) -> dict | None:
+        """What Train continues from: the live trainer's state, or an uploaded checkpoint's (or None)."""
+        return self.trainer.state_dict() if self.trainer is not None else self.resume_state
+
+
+@dataclass
 class Session:
     """One user's state. Fields are written by the tab named in the comment, read by all."""
 
     key: str  # the client's session hash: a dictionary key only, never part of a path
     id: str = field(default_factory=_server_id)  # made here: names the session's files
-    model: Any = None  # core.model.GPT | None (Train tab; a loaded checkpoint)
-    tokenizer: Any = None  # core.tokenizers.Tokenizer | None (Train tab)
-    trainer: Any = None  # core.train.Trainer | None: keeps the optimizer, so Train continues (Train)
-    resume_state: Any = None  # an uploaded checkpoint's training state, for the next Train (Train)
-    train_config: Any = None  # core.train.TrainConfig | None of the last run (Train)
-    corpus_name: str | None = None  # what the model was trained on, for display (Train)
-    model_key: Any = None  # what identifies "the same model" for Train-to-continue (Train)
-    history: list[dict] = field(default_factory=list)  # step/train_loss/val_loss/lr rows (Train)
+    trained: TrainedModel | None = None  # the session's GPT, if it has one (Train)
     # Randomness is per session so one user's draws do not depend on another's activity;
     # each session starts from fresh OS entropy (a seed given in the UI overrides it per call).
     generator: torch.Generator = field(default_factory=_entropy_generator)
@@ -91,6 +109,19 @@ class Session:
     job_name: str | None = None  # the heavy job running now, if any (registry)
     stop_requested: bool = False  # Stop pressed; checked between training steps (Train)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def model(self):
+        """The session's GPT (core.model.GPT), or None."""
+        return None if self.trained is None else self.trained.model
+
+    @property
+    def tokenizer(self):
+        return None if self.trained is None else self.trained.tokenizer
+
+    @property
+    def trainer(self):
+        return None if self.trained is None else self.trained.trainer
 
     @property
     def busy(self) -> bool:

@@ -57,8 +57,9 @@ def test_train_tab_trains_the_default_task_with_live_charts(page):
     page.locator("#train-progress").filter(has_text="tokens/s").wait_for()
     page.locator("#loss-plot .js-plotly-plot").wait_for()
     page.locator("#train-status").filter(has_text="Done: 200 steps").wait_for()
+    page.locator("#train-progress").filter(has_text="% right").wait_for()  # the copied half, scored
     page.locator("#live-attention .js-plotly-plot").wait_for()
-    assert page.locator("#loss-plot .scatterlayer .trace").count() == 2  # train and validation lines
+    assert page.locator("#loss-plot .scatterlayer .trace").count() == 3  # train, validation, and the answers
     assert page.locator("#live-sample textarea").input_value() != ""
     shot(page, "2-train-done")
     assert_no_errors(page)

@@ -186,3 +186,21 @@ def test_text_too_short_for_the_context():
     tok = CharTokenizer("ab")
     with pytest.raises(DataError, match="too short"):
         TokenData.from_text("ab" * 100, tok, block_size=64)
+
+
+def test_answer_targets_mark_what_follows_the_separator_through_the_newline():
+    from core.data import answer_targets
+
+    tokenizer = CharTokenizer.from_text("ab|\n")
+    ids = torch.tensor(tokenizer.encode("ab|ab\nba|ba\n"))
+    marked = answer_targets(ids, tokenizer.encode("|")[0], tokenizer.encode("\n")[0])
+    # position t is marked when ids[t + 1] is an answer: the letters after "|" and the newline
+    assert "".join("x" if m else "." for m in marked.tolist()) == "..xxx...xxx."
+
+
+def test_task_corpora_mark_their_answers_and_other_text_does_not():
+    tokenizer = CharTokenizer.from_text(corpus_text("repeat"))
+    data = TokenData.from_text(corpus_text("repeat"), tokenizer, 16, answer_after="|")
+    assert data.val_answers is not None and data.val_answers.shape == data.val.shape
+    assert data.val_answers.float().mean() == pytest.approx(0.5, abs=0.01)  # 9 of every 18: 8 letters, newline
+    assert TokenData.from_text(corpus_text("repeat"), tokenizer, 16).val_answers is None

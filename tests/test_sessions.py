@@ -8,7 +8,7 @@ import gradio as gr
 import pytest
 
 from playground import validate
-from playground.sessions import SessionRegistry
+from playground.sessions import SessionRegistry, TrainedModel
 from playground.settings import Settings
 
 
@@ -35,8 +35,8 @@ def test_sessions_are_created_once_and_kept_apart():
     registry = SessionRegistry(max_sessions=4, ttl_s=60)
     a, b = registry.get("a"), registry.get("b")
     assert registry.get("a") is a and a is not b
-    a.model = "model-a"
-    assert b.model is None
+    a.trained = TrainedModel("model-a", "tokenizer-a", "a corpus")
+    assert a.model == "model-a" and b.model is None and b.trained is None
     assert len(registry) == 2 and "a" in registry
 
 
@@ -44,6 +44,10 @@ def test_each_session_has_its_own_random_stream():
     registry = SessionRegistry(max_sessions=4, ttl_s=60)
     a, b = registry.get("a"), registry.get("b")
     assert a.generator.initial_seed() != b.generator.initial_seed()
+
+
+def with_trainer(trainer) -> TrainedModel:
+    return TrainedModel("model", "tokenizer", "a corpus", trainer=trainer)
 
 
 def model_session(registry, key):
@@ -55,7 +59,7 @@ def model_session(registry, key):
 
 def test_a_flood_of_sessions_without_models_evicts_no_model():
     registry = SessionRegistry(max_sessions=2, ttl_s=60, max_light_sessions=5)
-    model_session(registry, "learner").model = "trained"
+    model_session(registry, "learner").trained = TrainedModel("trained", "tokenizer", "a corpus")
     for i in range(100):  # e.g. /baby_gpt_walk with a new session hash each time
         registry.get(f"flood-{i}")
     assert registry.get("learner").model == "trained"
@@ -66,7 +70,8 @@ def test_a_flood_of_sessions_without_models_evicts_no_model():
 def test_a_model_evicts_only_a_model_idle_for_a_while_and_its_owner_is_told_once():
     clock = Clock()
     registry = SessionRegistry(max_sessions=2, ttl_s=3600, evict_idle_s=300, clock=clock)
-    model_session(registry, "a").trainer = trainer = FakeTrainer()
+    trainer = FakeTrainer()
+    model_session(registry, "a").trained = with_trainer(trainer)
     model_session(registry, "b")
     with pytest.raises(gr.Error, match="server is full"):
         model_session(registry, "c")
@@ -98,7 +103,8 @@ def test_idle_sessions_are_swept_sooner_without_a_browser():
     registry = SessionRegistry(max_sessions=10, ttl_s=3600, api_ttl_s=600, clock=clock)
     freed = []
     registry.on_free(freed.append)
-    model_session(registry, "api").trainer = trainer = FakeTrainer()
+    trainer = FakeTrainer()
+    model_session(registry, "api").trained = with_trainer(trainer)
     model_session(registry, "tab")
     registry.mark_browser("tab")
     registry.get("visitor")  # holds nothing
@@ -125,7 +131,8 @@ def test_free_drops_the_session_and_stops_its_training():
     registry = SessionRegistry(max_sessions=10, ttl_s=60)
     freed = []
     registry.on_free(freed.append)
-    model_session(registry, "a").trainer = trainer = FakeTrainer()
+    trainer = FakeTrainer()
+    model_session(registry, "a").trained = with_trainer(trainer)
     registry.free("a")
     registry.free("never-seen")  # no error
     assert "a" not in registry and trainer.stopped and [s.key for s in freed] == ["a"]

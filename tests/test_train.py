@@ -271,3 +271,27 @@ def test_a_training_state_for_another_model_is_refused_before_anything_changes(t
     broken["batch_rng"] = torch.zeros(3, dtype=torch.uint8)
     with pytest.raises(ValueError, match="batch_rng is not a random-generator state"):
         tiny_trainer().load_state_dict(broken)
+
+
+def test_a_task_corpus_is_scored_on_its_answers():
+    model = tiny_model()
+    data = TokenData.from_text(TEXT, TOKENIZER, model.config.block_size, answer_after="|")
+    trainer = tiny_trainer(model, max_iters=10, eval_interval=5)
+    trainer.val_answers = data.val_answers  # the same text, now with its answers marked
+    loss, right = trainer.answer_score()
+    assert loss == pytest.approx(math.log(TOKENIZER.vocab_size), abs=0.5) and right < 0.2  # untrained: guessing
+    events = [e for e in trainer.run() if e.val_loss is not None and not e.done]
+    assert [e.step for e in events] == [5, 10] and all(e.answer_accuracy is not None for e in events)
+    assert trainer.history[-1]["answer_accuracy"] == events[-1].answer_accuracy
+    # By hand: the loss and the greedy predictions on the marked targets of the same windows.
+    T = model.config.block_size
+    n = min(64, (len(data.val) - 1) // T)  # the windows answer_score reads
+    x, y = data.val[:n * T].view(n, T), data.val[1:n * T + 1].view(n, T)
+    marked = data.val_answers[:n * T].view(n, T)
+    with torch.no_grad():
+        logits = model.eval()(x)[0]
+    assert trainer.answer_score() == pytest.approx((
+        torch.nn.functional.cross_entropy(logits[marked], y[marked]).item(),
+        (logits.argmax(-1) == y)[marked].float().mean().item(),
+    ), rel=1e-5)
+    assert tiny_trainer().answer_score() is None  # no answer marks: nothing to score

@@ -2,20 +2,25 @@
 
 The handlers live in `TrainHandlers` so tests can call them as plain functions with a session
 id string instead of a gr.Request. `build(ctx)` lays out the tab and wires the events:
-/train (streams), /stop, /reset, /preset, /save_checkpoint, /load_checkpoint (and the UI-only
-live parameter count).
+/train (streams; continues the session's model), /train_new (discards it first), /stop, /preset,
+/save_checkpoint, /load_checkpoint (and the UI-only preview: the parameter count and what Train
+will do). The form is declared once, as `TrainForm`.
 """
 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
+import inspect
 import json
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 import torch
@@ -29,12 +34,12 @@ from core.data import DataError, check_user_text
 from core.model import GPT
 from core.presets import PRESETS, get_preset, preset_configs
 from core.tokenizers import Tokenizer, token_labels, tokenizer_from_spec
-from core.train import Trainer
+from core.train import TrainConfig, Trainer
 from playground import validate
 from playground.context import AppContext
 from playground.figures.attention import live_heatmap
 from playground.figures.training import loss_figure
-from playground.sessions import Session
+from playground.sessions import Session, TrainedModel
 from playground.settings import Settings
 
 DEFAULT_PRESET = "repeat"  # offline, about ten seconds on one core, and a clear falling curve
@@ -45,11 +50,77 @@ CORPUS_CHOICES = [(info.title, name) for name, info in CORPORA.items()] + [
 TOKENIZER_CHOICES = [("Characters", "char"), ("GPT-2 BPE (50,257 tokens)", "gpt2")]
 STAGE_CHOICES = [(f"{i + 1}. {STAGE_DESCRIPTIONS[name]}", name) for i, name in enumerate(STAGES)]
 UI_INTERVAL_S = 0.25  # live view refresh: 4 a second, so a long run never floods the browser
+STOP_WAIT_S = 3.0  # Stop answers once training has ended, waiting at most this long
+NO_ATTENTION_YET = "Press Train: the attention of each head on a probe prompt appears here."
 ATTENTION_INTERVAL_S = 0.5  # the heatmap grid is the heaviest payload (~150 KB for 6 x 8 heads): 2 a second
 SAMPLE_INTERVAL_S = 2.0  # a fresh live sample costs sample_tokens forward passes
 SAMPLE_TOKENS = 120
 # The model fields the tab controls; a trained model continues only if these still match.
 MODEL_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "dropout")
+
+
+@dataclass(frozen=True)
+class TrainForm:
+    """The Train tab's form as it arrives: one field per input, in the API's order, raw (any JSON a
+    request carries; `TrainHandlers.recipe` checks it).
+
+    Declared once: the tab registers a component under each field's name, the handlers that take
+    the form get these fields as their parameters (`takes_the_form`, which also names the API's
+    keywords), and presets and checkpoints fill the form by field name.
+    """
+
+    preset: Any = DEFAULT_PRESET
+    corpus: Any = DEFAULT_PRESET
+    tokenizer: Any = "char"
+    stage: Any = "gpt"
+    n_layer: Any = None
+    n_head: Any = None
+    n_embd: Any = None
+    block_size: Any = None
+    dropout: Any = 0.0
+    steps: Any = None
+    batch_size: Any = None
+    learning_rate: Any = None
+    seed: Any = 1337
+    warmup: Any = 0
+    eval_interval: Any = 100
+    weight_decay: Any = 0.1
+    grad_clip: Any = 1.0
+    text: Any = ""
+    upload: Any = None
+
+
+FORM_FIELDS = tuple(field.name for field in dataclasses.fields(TrainForm))
+
+
+def takes_the_form(method: Callable) -> Callable:
+    """`method(self, form: TrainForm, request)` as a Gradio handler whose parameters are the form's
+    fields, one per input component (Gradio passes inputs positionally and names the API's keywords
+    after the parameters), then `request`."""
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    parameters += [inspect.Parameter(field.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=field.default)
+                   for field in dataclasses.fields(TrainForm)]
+    parameters.append(inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                                        annotation=gr.Request))
+    signature = inspect.Signature(parameters)  # a bound method shows it without `self`
+
+    def split(args: tuple, kwargs: dict) -> tuple:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = bound.arguments
+        return values["self"], TrainForm(**{name: values[name] for name in FORM_FIELDS}), values["request"]
+    if inspect.isgeneratorfunction(method):
+        def handler(*args, **kwargs):
+            self, form, request = split(args, kwargs)
+            yield from method(self, form, request)
+    else:
+        def handler(*args, **kwargs):
+            self, form, request = split(args, kwargs)
+            return method(self, form, request)
+    handler.__name__, handler.__qualname__, handler.__doc__ = method.__name__, method.__qualname__, method.__doc__
+    handler.__signature__ = signature
+    handler.__annotations__ = {"request": gr.Request}  # Gradio finds the request by this annotation
+    return handler
 
 
 @dataclass(frozen=True)
@@ -86,7 +157,8 @@ def _builtin_text(name: str) -> str:
 @functools.lru_cache(maxsize=6)
 def _builtin_tokens(name: str, tokenizer_spec: str, block_size: int) -> TokenData:
     """Built-in corpora are encoded once per tokenizer and shared (read-only) by all sessions."""
-    return TokenData.from_text(_builtin_text(name), tokenizer_from_spec(json.loads(tokenizer_spec)), block_size)
+    return TokenData.from_text(_builtin_text(name), tokenizer_from_spec(json.loads(tokenizer_spec)), block_size,
+                               answer_after=CORPORA[name].answer_after)
 
 
 def _corpus_vocab_text(corpus: str) -> str | None:
@@ -114,33 +186,33 @@ class TrainHandlers:
 
     # ---- validation
 
-    def recipe(self, preset, corpus, tokenizer, stage, n_layer, n_head, n_embd, block_size, dropout, steps,
-               batch_size, learning_rate, seed, warmup, eval_interval, weight_decay, grad_clip, text="",
-               upload=None) -> Recipe:
+    def recipe(self, form: TrainForm) -> Recipe:
         """Check every input (the browser is no guarantee) and read pasted or uploaded text."""
-        s = self.settings
-        preset = validate.choice(preset, "Preset", PRESETS)
-        corpus = validate.choice(corpus, "Corpus", [name for _, name in CORPUS_CHOICES])
-        tokenizer = validate.choice(tokenizer, "Tokenizer", [name for _, name in TOKENIZER_CHOICES])
-        stage = validate.choice(stage, "Stage", STAGES)
+        s, f = self.settings, form
+        preset = validate.choice(f.preset, "Preset", PRESETS)
+        corpus = validate.choice(f.corpus, "Corpus", [name for _, name in CORPUS_CHOICES])
+        tokenizer = validate.choice(f.tokenizer, "Tokenizer", [name for _, name in TOKENIZER_CHOICES])
+        stage = validate.choice(f.stage, "Stage", STAGES)
         model = dict(
-            n_layer=validate.integer(n_layer, "Layers", 1, s.max_layers, cap=s.cap_hint("max_layers")),
-            n_head=validate.integer(n_head, "Heads", 1, s.max_heads, cap=s.cap_hint("max_heads")),
-            n_embd=validate.integer(n_embd, "Embedding size", 1, s.max_embd, cap=s.cap_hint("max_embd")),
-            block_size=validate.integer(block_size, "Block size", 1, s.max_block_size, cap=s.cap_hint("max_block_size")),
-            dropout=validate.number(dropout, "Dropout", 0.0, 0.9),
+            n_layer=validate.integer(f.n_layer, "Layers", 1, s.max_layers, cap=s.cap_hint("max_layers")),
+            n_head=validate.integer(f.n_head, "Heads", 1, s.max_heads, cap=s.cap_hint("max_heads")),
+            n_embd=validate.integer(f.n_embd, "Embedding size", 1, s.max_embd, cap=s.cap_hint("max_embd")),
+            block_size=validate.integer(f.block_size, "Block size", 1, s.max_block_size,
+                                        cap=s.cap_hint("max_block_size")),
+            dropout=validate.number(f.dropout, "Dropout", 0.0, 0.9),
         )
-        steps = validate.integer(steps, "Steps", 1, s.max_iters, cap=s.cap_hint("max_iters"))
+        steps = validate.integer(f.steps, "Steps", 1, s.max_iters, cap=s.cap_hint("max_iters"))
         train = dict(
             max_iters=steps,
             lr_decay_iters=steps,
-            batch_size=validate.integer(batch_size, "Batch size", 1, s.max_batch_size, cap=s.cap_hint("max_batch_size")),
-            learning_rate=validate.number(learning_rate, "Learning rate", 1e-6, 1.0),
-            seed=validate.integer(seed, "Seed", 0, 2**31 - 1),
-            warmup_iters=validate.integer(warmup, "Warmup steps", 0, s.max_iters),
-            eval_interval=validate.integer(eval_interval, "Evaluate every", 1, s.max_iters),
-            weight_decay=validate.number(weight_decay, "Weight decay", 0.0, 1.0),
-            grad_clip=validate.number(grad_clip, "Gradient clip", 0.0, 100.0),
+            batch_size=validate.integer(f.batch_size, "Batch size", 1, s.max_batch_size,
+                                        cap=s.cap_hint("max_batch_size")),
+            learning_rate=validate.number(f.learning_rate, "Learning rate", 1e-6, 1.0),
+            seed=validate.integer(f.seed, "Seed", 0, 2**31 - 1),
+            warmup_iters=validate.integer(f.warmup, "Warmup steps", 0, s.max_iters),
+            eval_interval=validate.integer(f.eval_interval, "Evaluate every", 1, s.max_iters),
+            weight_decay=validate.number(f.weight_decay, "Weight decay", 0.0, 1.0),
+            grad_clip=validate.number(f.grad_clip, "Gradient clip", 0.0, 100.0),
             sample_tokens=SAMPLE_TOKENS,  # the live sample's length (the UI decides when to draw one)
         )
         # The schedule decays to the preset's floor, never above the chosen rate.
@@ -148,13 +220,13 @@ class TrainHandlers:
         user_text = None
         with validate.user_errors():
             if corpus == PASTE:
-                text = validate.text(text, "Your text", s.max_text_chars, cap=s.cap_hint("max_text_chars"))
+                text = validate.text(f.text, "Your text", s.max_text_chars, cap=s.cap_hint("max_text_chars"))
                 # The character cap above is the limit; UTF-8 takes at most 4 bytes per character.
                 user_text = check_user_text(text, min_chars=model["block_size"], max_bytes=4 * s.max_text_chars)
             elif corpus == UPLOAD:
-                if not upload:
+                if not f.upload:
                     raise gr.Error("Upload a .txt file first (or pick another corpus).")
-                user_text = read_text_file(_upload_path(upload), min_chars=model["block_size"], max_bytes=s.max_text_chars)
+                user_text = read_text_file(_upload_path(f.upload), min_chars=model["block_size"], max_bytes=s.max_text_chars)
         return Recipe(preset, corpus, user_text, tokenizer, stage, model, train)
 
     def _check_size(self, config: GPTConfig) -> GPT:
@@ -172,89 +244,98 @@ class TrainHandlers:
 
     # ---- events
 
-    def preview(self, *form, request: gr.Request = None) -> str:
-        """Parameter count of the model these settings describe, and whether Train continues or starts."""
+    @takes_the_form
+    def preview(self, form: TrainForm, request: gr.Request | str | None) -> tuple[str, str]:
+        """(the parameter count of the model these settings describe, what Train will do with them),
+        shown as the form changes: the second beside the buttons, before anything is pressed."""
         try:
-            recipe = self.recipe(*form)
+            recipe = self.recipe(form)
             text = recipe.text if recipe.text is not None else _corpus_vocab_text(recipe.corpus)
             if text is None and recipe.tokenizer == "char":
-                return "The parameter count appears once Tiny Shakespeare is downloaded (press **Train**)."
+                return "The parameter count appears once Tiny Shakespeare is downloaded (press **Train**).", ""
             tokenizer = default_tokenizer(recipe.tokenizer, text or "")
             config, _ = recipe.configs(tokenizer.vocab_size)
             counts = self._check_size(config).parameter_counts()
         except (gr.Error, ValueError) as error:
-            return f"⚠️ {error}"
-        parts = ", ".join(
-            f"{name.replace('_', ' ')} {counts[name]:,}"
-            for name in ("token_embedding", "position_embedding", "attention", "feed_forward", "lm_head")
-            if counts[name]
-        )
-        lines = [f"**{counts['total']:,} parameters** ({parts}); vocabulary {config.vocab_size:,} tokens."]
+            return f"⚠️ {error}", ""
+        parts = ", ".join(f"{label} {count:,}" for label, count in _count_parts(counts) if count)
+        count = f"**{counts['total']:,} parameters** ({parts}); vocabulary {config.vocab_size:,} tokens."
         session = self.registry.peek(request) if request is not None else None
-        if session is not None and session.model is not None:
-            lines.append(self._continue_note(session, config, tokenizer))
-        return "  \n".join(lines)
+        if session is None or session.model is None:
+            return count, "**Train** starts a new model with these settings."
+        return count, (self._choice_needed(session, config, tokenizer, recipe.train["max_iters"])
+                       or f"**Train** continues your model from step {session.trained.step}; **New model** starts afresh.")
 
-    def _continue_note(self, session: Session, config: GPTConfig, tokenizer: Tokenizer) -> str:
-        problem = _mismatch(session, config, tokenizer)
-        if problem:
-            return f"These settings differ from your trained model ({problem}): press **Reset** before **Train**."
-        return f"**Train** continues your model from step {_step(session)}."
+    @takes_the_form
+    def train(self, form: TrainForm, request: gr.Request | str):
+        """Stream training: (status, progress html, loss figure, sample, attention figure, model_changed).
+        Continues the session's model while the settings still describe it."""
+        yield from self._train(form, request, new=False)
 
-    def train(self, preset, corpus, tokenizer, stage, n_layer, n_head, n_embd, block_size, dropout, steps,
-              batch_size, learning_rate, seed, warmup, eval_interval, weight_decay, grad_clip, text="",
-              upload=None, request: gr.Request = None):
-        """Stream training: (status, progress html, loss figure, sample, attention figure, model_changed)."""
-        recipe = self.recipe(preset, corpus, tokenizer, stage, n_layer, n_head, n_embd, block_size, dropout, steps,
-                             batch_size, learning_rate, seed, warmup, eval_interval, weight_decay, grad_clip, text,
-                             upload)
+    @takes_the_form
+    def train_new(self, form: TrainForm, request: gr.Request | str):
+        """Like `train`, but discards the session's model first: a new one with these settings."""
+        yield from self._train(form, request, new=True)
+
+    def _train(self, form: TrainForm, request: gr.Request | str, new: bool):
+        recipe = self.recipe(form)
         with self.registry.job(request, "training") as session:
             session.stop_requested = False
-            if recipe.corpus == "shakespeare":
-                yield self._update(session, status="Loading Tiny Shakespeare (downloaded once, 1.1 MB)...")
-            trainer, until, note = self._prepare(session, recipe)
+            if recipe.corpus == "shakespeare" and _corpus_vocab_text("shakespeare") is None:
+                yield self._update(session, status="Downloading Tiny Shakespeare (once, 1.1 MB)...")
+            with validate.user_errors():
+                text = recipe.text if recipe.text is not None else _builtin_text(recipe.corpus)
+                tokenizer = default_tokenizer(recipe.tokenizer, text)
+                config, train_config = recipe.configs(tokenizer.vocab_size)
+            if new:
+                _discard(session)
+            # A choice to make is not an error: the status says what to do, and nothing else changes.
+            choice = self._choice_needed(session, config, tokenizer, train_config.max_iters)
+            if choice:
+                yield self._update(session, status=choice)
+                return
+            trainer, until, note = self._prepare(session, recipe, text, tokenizer, config, train_config)
             yield self._update(session, status=note, model_changed=_describe(session))
             yield from self._run(session, trainer, until)
 
-    def _prepare(self, session: Session, recipe: Recipe) -> tuple[Trainer, int, str]:
-        """The trainer to run: the session's model continued, or a new one. Never drops a model."""
-        with validate.user_errors():
-            text = recipe.text if recipe.text is not None else _builtin_text(recipe.corpus)
-            fresh = default_tokenizer(recipe.tokenizer, text)
-            config, train_config = recipe.configs(fresh.vocab_size)
-        if session.model is not None:
-            problem = _mismatch(session, config, fresh)
-            if problem:
-                raise gr.Error(
-                    f"Your settings describe a different model than the one you trained ({problem}). "
-                    "Press Reset to start a new model, or change the settings back to continue training it."
-                )
-            config = session.model.config
+    def _choice_needed(self, session: Session, config: GPTConfig, tokenizer: Tokenizer, steps: int) -> str:
+        """Why Train cannot continue the session's model with these settings ('' when it can)."""
+        if session.model is None:
+            return ""
+        problem = _mismatch(session.trained, config, tokenizer)
+        if problem:
+            return (f"⚠️ These settings describe a different model than the one you trained ({problem}). "
+                    "Press **New model** to train one with them (yours is discarded), or change them back "
+                    "and press **Train** to continue yours.")
+        if session.trained.step >= steps:
+            return (f"Your model has already trained {session.trained.step} of {steps} steps: raise **Steps** to train "
+                    "it further, or press **New model** to start over.")
+        return ""
+
+    def _prepare(self, session: Session, recipe: Recipe, text: str, fresh: Tokenizer, config: GPTConfig,
+                 train_config: TrainConfig) -> tuple[Trainer, int, str]:
+        """The trainer to run: the session's model continued (`_choice_needed` said it can), or a new one."""
+        trained = session.trained
+        if trained is not None:
+            config = trained.model.config
         else:
             self._check_size(config)
             self.registry.claim_model(session)
-        start = _step(session)
-        if start >= train_config.max_iters:
-            raise gr.Error(
-                f"The model has already trained {start} of {train_config.max_iters} steps: raise Steps to "
-                "train it further, or press Reset to start over."
-            )
         with validate.user_errors():
             data = self._tokens(recipe, text, fresh, config.block_size)
             # a new model's weights come from the form's seed, like its batches: same seed, same run
-            model = session.model if session.model is not None else GPT(
+            model = trained.model if trained is not None else GPT(
                 config, generator=torch.Generator().manual_seed(train_config.seed))
             trainer = Trainer(model, data, train_config, tokenizer=fresh)
-        state = _training_state(session)
+        start = 0 if trained is None else trained.step
+        state = None if trained is None else trained.training_state()
         if state is not None:  # optimizer, step, history, random states
             with validate.user_errors():
                 trainer.load_state_dict(state)
-            session.resume_state = None
-        else:  # a new model, or a checkpoint without a training state: its steps and curve go on
-            trainer.step, trainer.history = start, list(session.history)
+        elif trained is not None:  # a checkpoint without a training state: its steps and curve go on
+            trainer.step, trainer.history = start, list(trained.history)
         note = (f"Continuing from step {start}." if start else "Training a new model.")
-        session.model, session.tokenizer, session.trainer = model, fresh, trainer
-        session.train_config, session.corpus_name, session.history = train_config, recipe.corpus_title, trainer.history
+        session.trained = TrainedModel(model, fresh, recipe.corpus_title, trainer.history, trainer, train_config)
         return trainer, train_config.max_iters, note
 
     def _tokens(self, recipe: Recipe, text: str, tokenizer: Tokenizer, block_size: int) -> TokenData:
@@ -278,9 +359,10 @@ class TrainHandlers:
             if event.error:
                 raise gr.Error(event.error)
             sample = attention = gr.skip()  # unchanged unless due
-            if event.done or now - last_sample >= SAMPLE_INTERVAL_S:
+            finished = event.done and not event.stopped  # a Stop ends at once: no fresh sample to wait for
+            if finished or now - last_sample >= SAMPLE_INTERVAL_S:
                 sample, last_sample = trainer.sample(), now
-            if event.done or now - last_attention >= ATTENTION_INTERVAL_S:
+            if finished or now - last_attention >= ATTENTION_INTERVAL_S:
                 attention, last_attention = self._attention_figure(trainer), now
             yield self._update(
                 session, status=_status(event), event=event, sample=sample, attention=attention,
@@ -295,73 +377,87 @@ class TrainHandlers:
 
     def _update(self, session: Session, *, status: str, event=None, sample=gr.skip(), attention=gr.skip(),
                 model_changed=gr.skip()) -> tuple:
-        progress = _progress_html(event) if event is not None else gr.skip()
-        return status, progress, loss_figure(session.history, event.max_iters if event else None), sample, attention, model_changed
+        history = [] if session.trained is None else session.trained.history
+        progress = _progress_html(event, history) if event is not None else gr.skip()
+        return status, progress, loss_figure(history, event.max_iters if event else None), sample, attention, model_changed
 
-    def stop(self, request: gr.Request) -> str:
-        """Ask this session's training to stop after the current step; the weights are kept."""
+    def stop(self, request: gr.Request):
+        """Stop this session's training after the current step; the weights are kept. Answers once the
+        training has ended (or after STOP_WAIT_S), so the status it writes is the last word."""
         session = self.registry.peek(request)
-        if session is None or not session.busy:
-            return "Nothing is training."
-        session.stop_requested = True
+        if session is None or session.job_name != "training":
+            return gr.skip()  # nothing trains: leave the status ("Done: ...") as it is
         session.stop_work()
-        return "Stopping after this step; the weights learned so far are kept."
+        deadline = time.monotonic() + STOP_WAIT_S
+        while session.job_name == "training" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if session.job_name == "training":
+            return "Stopping after this step; the weights learned so far are kept."
+        return _stopped_status(session.trained.step)
 
-    def reset(self, request: gr.Request) -> tuple:
-        """Forget this session's model (not while it trains)."""
-        with self.registry.job(request, "reset") as session:
-            session.model = session.tokenizer = session.trainer = session.train_config = None
-            session.corpus_name, session.history, session.resume_state = None, [], None
-            session.last_text, session.last_steps = "", []
-        return "Model discarded. Press Train to start a new one.", _progress_html(None), loss_figure([]), "", _note_figure(
-            "Press Train: the attention of each head on a probe prompt appears here."
-        ), ""
+    def describe_setup(self, preset: str, corpus: str) -> str:
+        """The preset's description, or what the form now trains once the corpus is another one."""
+        info = get_preset(validate.choice(preset, "Preset", PRESETS))
+        corpus = validate.choice(corpus, "Corpus", [name for _, name in CORPUS_CHOICES])
+        if corpus == info.corpus:
+            return info.description
+        title = dict((name, title) for title, name in CORPUS_CHOICES)[corpus]
+        about = CORPORA[corpus].description if corpus in CORPORA else "Your own text: the model learns to continue it."
+        return f"**{title}** with the model and training settings of the *{info.title}* preset. {about}"
 
-    def apply_preset(self, name: str) -> tuple:
-        """The preset's corpus, tokenizer and settings (capped to this server) for the form fields."""
+    def apply_preset(self, name: str) -> dict[str, Any]:
+        """The preset's form (capped to this server) by field name, and its description ("preset_info")."""
         preset = get_preset(validate.choice(name, "Preset", PRESETS))
         s, model, train = self.settings, preset.model, preset.train
         capped = {
             "n_layer": min(model["n_layer"], s.max_layers), "n_head": min(model["n_head"], s.max_heads),
             "n_embd": min(model["n_embd"], s.max_embd), "block_size": min(model["block_size"], s.max_block_size),
-            "batch_size": min(train["batch_size"], s.max_batch_size), "max_iters": min(train["max_iters"], s.max_iters),
+            "batch_size": min(train["batch_size"], s.max_batch_size), "steps": min(train["max_iters"], s.max_iters),
         }
-        reduced = [f"{k} {dict(model, **train)[k]} → {v}" for k, v in capped.items() if v != dict(model, **train)[k]]
+        asked = {**model, **train, "steps": train["max_iters"]}
+        reduced = [f"{k} {asked[k]} → {v}" for k, v in capped.items() if v != asked[k]]
         info = preset.description
         if reduced:
             info += f"\n\n⚠️ Reduced to this server's caps: {', '.join(reduced)} (lift them locally with `--no-caps`)."
-        stage = stage_of(GPTConfig(vocab_size=2, **model)) or "gpt"
-        return (
-            info, preset.corpus, preset.tokenizer, stage, capped["n_layer"], capped["n_head"], capped["n_embd"],
-            capped["block_size"], model.get("dropout", 0.0), capped["max_iters"], capped["batch_size"],
-            train["learning_rate"], train.get("warmup_iters", 0), train.get("eval_interval", 100),
-            train.get("weight_decay", 0.1), train.get("grad_clip", 1.0),
-        )
+        return {
+            "preset_info": info, "corpus": preset.corpus, "tokenizer": preset.tokenizer,
+            "stage": stage_of(GPTConfig(vocab_size=2, **model)) or "gpt", **capped,
+            "dropout": model.get("dropout", 0.0), "learning_rate": train["learning_rate"],
+            "warmup": train.get("warmup_iters", 0), "eval_interval": train.get("eval_interval", 100),
+            "weight_decay": train.get("weight_decay", 0.1), "grad_clip": train.get("grad_clip", 1.0),
+        }
+
+    def default_form(self) -> TrainForm:
+        """What the tab shows when it opens: the default preset."""
+        values = self.apply_preset(DEFAULT_PRESET)
+        return TrainForm(preset=DEFAULT_PRESET, **{k: v for k, v in values.items() if k in FORM_FIELDS})
 
     def save_checkpoint(self, request: gr.Request) -> str:
         """The session's model as a .zip checkpoint to download."""
         with self.registry.job(request, "saving a checkpoint") as session:
-            if session.model is None:
+            trained = session.trained
+            if trained is None:
                 raise gr.Error("There is no model to save yet: train one first.")
             meta = {
-                "corpus": session.corpus_name, "steps": _step(session), "history": session.history,
-                "train_config": session.train_config.to_dict() if session.train_config else None,
+                "corpus": trained.corpus_name, "steps": trained.step, "history": trained.history,
+                "train_config": trained.train_config.to_dict() if trained.train_config else None,
             }
             folder = self._folder(session)
             shutil.rmtree(folder, ignore_errors=True)  # only the latest checkpoint of a session is kept
             with validate.user_errors():
-                return str(save_archive(folder / f"gpt-step{_step(session)}.zip", session.model, session.tokenizer, meta,
-                                        trainer_state=self._downloadable_state(session)))
+                return str(save_archive(folder / f"gpt-step{trained.step}.zip", trained.model, trained.tokenizer,
+                                        meta, trainer_state=self._downloadable_state(trained)))
 
-    def _downloadable_state(self, session: Session) -> dict | None:
+    def _downloadable_state(self, trained: TrainedModel) -> dict | None:
         """The training state, if the download can still be uploaded here with it: weights plus
         AdamW's two moments are about 12 bytes a parameter."""
-        if 12 * session.model.parameter_counts()["total"] > 0.9 * self.settings.max_upload_bytes:
+        if 12 * trained.model.parameter_counts()["total"] > 0.9 * self.settings.max_upload_bytes:
             return None
-        return _training_state(session)
+        return trained.training_state()
 
-    def load_checkpoint(self, upload, request: gr.Request) -> tuple:
-        """Replace the session's model with an uploaded checkpoint, and set the form to match it."""
+    def load_checkpoint(self, upload, request: gr.Request) -> dict[str, Any]:
+        """Replace the session's model with an uploaded checkpoint; the status, chart and form fields
+        that change, by name."""
         if not upload:
             raise gr.Error("Choose a checkpoint .zip to upload.")
         path = _upload_path(upload)
@@ -373,18 +469,17 @@ class TrainHandlers:
                 resume_state = load_trainer_state(path, config=model.config, max_history=self.settings.max_iters)
             history = meta.get("history", [])
             self.registry.claim_model(session)
-            session.model, session.tokenizer, session.trainer = model.train(), tokenizer, None
-            session.history, session.train_config, session.resume_state = history, None, resume_state
-            session.corpus_name = str(meta.get("corpus") or "an uploaded checkpoint")
+            session.trained = TrainedModel(model.train(), tokenizer, meta.get("corpus") or "an uploaded checkpoint",
+                                           history, resume_state=resume_state)
             session.last_text, session.last_steps = "", []
         config = model.config
-        kind = tokenizer.spec()["kind"]
-        status = (f"Loaded a {config.n_layer}-layer model ({model.parameter_counts()['total']:,} parameters, "
-                  f"step {_step(session)}). Generate with it, inspect it, or pick its corpus and press Train to continue.")
-        return (
-            status, loss_figure(history), kind, stage_of(config) or "gpt", config.n_layer, config.n_head,
-            config.n_embd, config.block_size, config.dropout, _describe(session),
-        )
+        status = (f"Loaded {_model_title(config)} ({model.parameter_counts()['total']:,} parameters, "
+                  f"step {session.trained.step}). Generate with it, inspect it, or pick its corpus and press Train to continue.")
+        return {
+            "status": status, "loss_plot": loss_figure(history), "model_changed": _describe(session),
+            "tokenizer": tokenizer.spec()["kind"], "stage": stage_of(config) or "gpt",
+            **{name: getattr(config, name) for name in MODEL_FIELDS},
+        }
 
     def _check_caps(self, config: GPTConfig) -> None:
         s = self.settings
@@ -413,60 +508,99 @@ def _upload_path(upload) -> str:
     return path
 
 
-def _training_state(session: Session) -> dict | None:
-    """What Train continues from: the live trainer's state, or an uploaded checkpoint's (or None)."""
-    return session.trainer.state_dict() if session.trainer is not None else session.resume_state
-
-
-def _step(session: Session) -> int:
-    if session.trainer is not None:
-        return session.trainer.step
-    return session.history[-1]["step"] if session.history else 0
-
-
-def _mismatch(session: Session, config: GPTConfig, tokenizer: Tokenizer) -> str:
-    """What differs between the session's model and the one the settings describe ('' if nothing)."""
-    current = session.model.config
+def _mismatch(trained: TrainedModel, config: GPTConfig, tokenizer: Tokenizer) -> str:
+    """What differs between the trained model and the one the settings describe ('' if nothing)."""
+    current = trained.model.config
     diffs = [f"{f} {getattr(current, f)} → {getattr(config, f)}" for f in MODEL_FIELDS if getattr(current, f) != getattr(config, f)]
     if stage_of(current) != stage_of(config):
         diffs.append(f"stage {stage_of(current) or 'custom'} → {stage_of(config)}")
-    if session.tokenizer.spec() != tokenizer.spec():
+    ours, theirs = trained.tokenizer.spec(), tokenizer.spec()
+    if ours != theirs:
         diffs.append(
-            "tokenizer " + session.tokenizer.spec()["kind"] + " → " + tokenizer.spec()["kind"]
-            if session.tokenizer.spec()["kind"] != tokenizer.spec()["kind"]
-            else f"another corpus: vocabulary of {session.tokenizer.vocab_size} → {tokenizer.vocab_size} characters"
+            f"tokenizer {ours['kind']} → {theirs['kind']}" if ours["kind"] != theirs["kind"]
+            else f"another corpus: vocabulary of {trained.tokenizer.vocab_size} → {tokenizer.vocab_size} characters"
         )
     return "; ".join(diffs)
 
 
+# Stages whose layers hold nothing a learner would count: tokens never look at each other.
+BLOCKLESS_TITLES = {"bigram": "a bigram model", "positions": "a bigram model with position embeddings"}
+
+
+def _model_title(config: GPTConfig) -> str:
+    """'a bigram model', 'a 2-layer model with 4 heads': what a learner would call it."""
+    title = BLOCKLESS_TITLES.get(stage_of(config))
+    if title:
+        return title
+    heads = "1 head" if config.n_head == 1 else f"{config.n_head} heads"
+    return f"a {config.n_layer}-layer model with {heads}"
+
+
 def _describe(session: Session) -> str:
     """One line about the session's model, shown by other tabs ('' when there is none)."""
-    if session.model is None:
+    trained = session.trained
+    if trained is None:
         return ""
-    c = session.model.config
-    return (f"{c.n_layer} layers × {c.n_head} heads, {c.n_embd} channels, context {c.block_size}, "
-            f"vocabulary {c.vocab_size:,}; trained {_step(session)} steps on {session.corpus_name}.")
+    c, title = trained.model.config, _model_title(trained.model.config)
+    return (f"{title[0].upper()}{title[1:]}, {c.n_embd} channels, context {c.block_size}, "
+            f"vocabulary {c.vocab_size:,}; trained {trained.step} steps on {trained.corpus_name}.")
+
+
+def _count_parts(counts: dict[str, int]) -> list[tuple[str, int]]:
+    """The parameter count's parts, which add up to its total (a tied head counts once)."""
+    return [
+        ("token embedding", counts["token_embedding"]), ("position embedding", counts["position_embedding"]),
+        ("attention", counts["attention"]), ("feed-forward", counts["feed_forward"]),
+        ("LayerNorms", counts["block_layer_norms"] + counts["final_layer_norm"]), ("LM head", counts["lm_head"]),
+    ]
+
+
+def _stopped_status(step: int) -> str:
+    return f"Stopped at step {step}. The weights are kept: press **Train** to continue."
+
+
+def _discard(session: Session) -> None:
+    """Forget the session's model and everything that came with it."""
+    session.trained = None
+    session.last_text, session.last_steps = "", []
+
+
+def _heads_for_stage(stage: str):
+    """The Heads slider as the stage uses it: fixed at 1 for one head, idle without attention."""
+    options = STAGES.get(stage, {})
+    if "n_head" in options:
+        return gr.update(value=options["n_head"], interactive=False, info="this stage has exactly one head")
+    if not options.get("use_attention", True):
+        return gr.update(interactive=False, info="no attention at this stage")
+    return gr.update(interactive=True, info=None)
 
 
 def _status(event) -> str:
     if event.stopped:
-        return f"Stopped at step {event.step}. The weights are kept: press Train to continue."
+        return _stopped_status(event.step)
     if event.done:
         val = f", validation loss {event.val_loss:.3f}" if event.val_loss is not None else ""
         return f"Done: {event.step} steps, training loss {event.train_loss:.3f}{val}."
     return "Training..."
 
 
-def _progress_html(event) -> str:
+def _progress_html(event, history: list[dict] = ()) -> str:
+    """The progress bar and the run's figures; for a task corpus, how well it writes the answers
+    (the whole-line loss has a floor there: the questions are random)."""
     if event is None:
         return "<div class='train-progress'><div class='bar'><div style='width:0%'></div></div><span>Not trained yet.</span></div>"
     percent = 100.0 * event.step / max(1, event.max_iters)
     val = f" · val {event.val_loss:.3f}" if event.val_loss is not None else ""
     left = "" if event.done else f" · {_duration(event.eta)} left"
+    scored = next((row for row in reversed(history) if row.get("answer_accuracy") is not None), None)
+    answers = ("" if scored is None else
+               f"<span class='answers'>Answers (the half of each line that can be learned), validation: "
+               f"<b>{scored['answer_accuracy']:.0%} right</b>, loss {scored['answer_loss']:.3f} "
+               f"at step {scored['step']:,}.</span>")
     return (
         f"<div class='train-progress'><div class='bar'><div style='width:{percent:.1f}%'></div></div>"
         f"<span>step {event.step:,} / {event.max_iters:,} · loss {event.train_loss:.3f}{val} · "
-        f"{event.tokens_per_sec:,.0f} tokens/s{left}</span></div>"
+        f"{event.tokens_per_sec:,.0f} tokens/s{left}</span>{answers}</div>"
     )
 
 
@@ -498,30 +632,44 @@ def build(ctx: AppContext) -> TrainHandlers:
     s = ctx.settings
     handlers = TrainHandlers(ctx)
     ctx.registry.on_free(handlers.free)
-    preset_values = handlers.apply_preset(DEFAULT_PRESET)
-    (info, corpus0, tokenizer0, stage0, layers0, heads0, embd0, block0, dropout0, steps0, batch0, lr0,
-     warmup0, eval0, wd0, clip0) = preset_values
+    start = handlers.default_form()
+    form: dict[str, gr.Component] = {}  # TrainForm's fields, by name
+    shown: dict[str, gr.Component] = {}  # what handlers set by name besides the form
 
+    # The buttons come first: on a phone the columns stack, and Train must not sit screens below.
+    with gr.Row(elem_id="train-buttons"):
+        train_btn = gr.Button("Train", variant="primary", elem_id="train-button")
+        stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-button")
+        new_btn = gr.Button("New model", elem_id="new-model-button")
+    next_step = gr.Markdown(elem_id="train-next")  # what Train will do: continue, or start a new model
+    status = gr.Markdown("Press **Train**: the default task trains in seconds.", elem_id="train-status")
+    progress = gr.HTML(_progress_html(None), elem_id="train-progress")
     with gr.Row(equal_height=False):
-        with gr.Column(scale=2, min_width=340):
-            preset = gr.Dropdown([(p.title, p.name) for p in PRESETS.values()], value=DEFAULT_PRESET,
-                                 label="Preset", info="A recipe for everything below; change any field after.")
-            preset_info = gr.Markdown(info, label="About this preset", elem_classes="preset-info")
+        with gr.Column(scale=2, min_width=300, elem_id="train-settings"):
+            form["preset"] = gr.Dropdown([(p.title, p.name) for p in PRESETS.values()], value=start.preset,
+                                         label="Preset", info="A recipe for everything below; change any field after.")
+            shown["preset_info"] = gr.Markdown(handlers.describe_setup(start.preset, start.corpus),
+                                               elem_classes="preset-info", elem_id="preset-info")
             with gr.Accordion("Data", open=True):
-                corpus = gr.Dropdown(CORPUS_CHOICES, value=corpus0, label="Corpus")
-                text = gr.Textbox("", label="Your text", lines=6, visible=False, max_lines=12,
-                                  placeholder="Paste a few thousand characters or more.")
-                upload = gr.File(label="Your .txt file (UTF-8)", file_types=[".txt"], type="filepath", visible=False)
-                tokenizer = gr.Radio(TOKENIZER_CHOICES, value=tokenizer0, label="Tokenizer")
+                form["corpus"] = gr.Dropdown(CORPUS_CHOICES, value=start.corpus, label="Corpus")
+                form["text"] = gr.Textbox("", label="Your text", lines=6, visible=False, max_lines=12,
+                                          placeholder="Paste a few thousand characters or more.")
+                form["upload"] = gr.File(label="Your .txt file (UTF-8)", file_types=[".txt"], type="filepath",
+                                         visible=False)
+                form["tokenizer"] = gr.Radio(TOKENIZER_CHOICES, value=start.tokenizer, label="Tokenizer")
             with gr.Accordion("Model", open=True):
-                stage = gr.Dropdown(STAGE_CHOICES, value=stage0, label="Stage of the progression (bigram → GPT)")
+                form["stage"] = gr.Dropdown(STAGE_CHOICES, value=start.stage, elem_id="stage-dropdown",
+                                            label="Stage of the progression (bigram → GPT)")
                 with gr.Row():
-                    n_layer = gr.Slider(1, s.max_layers, value=layers0, step=1, label="Layers")
-                    n_head = gr.Slider(1, s.max_heads, value=heads0, step=1, label="Heads")
+                    form["n_layer"] = gr.Slider(1, s.max_layers, value=start.n_layer, step=1, label="Layers")
+                    form["n_head"] = gr.Slider(1, s.max_heads, value=start.n_head, step=1, label="Heads",
+                                               elem_id="heads-slider")
                 with gr.Row():
-                    n_embd = gr.Slider(8, s.max_embd, value=embd0, step=8, label="Embedding size (n_embd)")
-                    block_size = gr.Slider(2, s.max_block_size, value=block0, step=1, label="Block size (context)")
-                dropout = gr.Slider(0.0, 0.5, value=dropout0, step=0.05, label="Dropout")
+                    form["n_embd"] = gr.Slider(8, s.max_embd, value=start.n_embd, step=8,
+                                               label="Embedding size (n_embd)")
+                    form["block_size"] = gr.Slider(2, s.max_block_size, value=start.block_size, step=1,
+                                                   label="Block size (context)")
+                form["dropout"] = gr.Slider(0.0, 0.5, value=start.dropout, step=0.05, label="Dropout")
                 params = gr.Markdown(elem_id="param-count")
                 if not s.caps_lifted:
                     gr.Markdown(
@@ -532,31 +680,31 @@ def build(ctx: AppContext) -> TrainHandlers:
                     )
             with gr.Accordion("Training", open=True):
                 with gr.Row():
-                    steps = gr.Slider(1, s.max_iters, value=steps0, step=1, label="Steps")
-                    batch = gr.Slider(1, s.max_batch_size, value=batch0, step=1, label="Batch size")
+                    form["steps"] = gr.Slider(1, s.max_iters, value=start.steps, step=1, label="Steps")
+                    form["batch_size"] = gr.Slider(1, s.max_batch_size, value=start.batch_size, step=1,
+                                                   label="Batch size")
                 with gr.Row():
-                    lr = gr.Number(value=lr0, label="Learning rate", minimum=1e-6, maximum=1.0)
-                    seed = gr.Number(value=1337, precision=0, label="Seed", minimum=0)
+                    form["learning_rate"] = gr.Number(value=start.learning_rate, label="Learning rate",
+                                                      minimum=1e-6, maximum=1.0)
+                    form["seed"] = gr.Number(value=start.seed, precision=0, label="Seed", minimum=0)
                 with gr.Accordion("More settings", open=False):
                     with gr.Row():
-                        warmup = gr.Number(value=warmup0, precision=0, label="Warmup steps", minimum=0)
-                        eval_every = gr.Number(value=eval0, precision=0, label="Evaluate every (steps)", minimum=1)
+                        form["warmup"] = gr.Number(value=start.warmup, precision=0, label="Warmup steps", minimum=0)
+                        form["eval_interval"] = gr.Number(value=start.eval_interval, precision=0,
+                                                          label="Evaluate every (steps)", minimum=1)
                     with gr.Row():
-                        weight_decay = gr.Number(value=wd0, label="Weight decay", minimum=0, maximum=1)
-                        grad_clip = gr.Number(value=clip0, label="Gradient clip (0 = off)", minimum=0)
-        with gr.Column(scale=3, min_width=420):
-            with gr.Row():
-                train_btn = gr.Button("Train", variant="primary", elem_id="train-button")
-                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-button")
-                reset_btn = gr.Button("Reset", elem_id="reset-button")
-            status = gr.Markdown("Press **Train**: the default task trains in seconds.", label="Status",
-                                 elem_id="train-status")
-            progress = gr.HTML(_progress_html(None), label="Progress", elem_id="train-progress")
-            loss_plot = gr.Plot(loss_figure([]), label="Loss", elem_id="loss-plot")
+                        form["weight_decay"] = gr.Number(value=start.weight_decay, label="Weight decay",
+                                                         minimum=0, maximum=1)
+                        form["grad_clip"] = gr.Number(value=start.grad_clip, label="Gradient clip (0 = off)",
+                                                      minimum=0)
+        with gr.Column(scale=3, min_width=300, elem_id="train-live"):
+            # The chart and the attention map side by side on a desktop: both in view while it trains.
+            with gr.Row(equal_height=False):
+                shown["loss_plot"] = gr.Plot(loss_figure([]), label="Loss", elem_id="loss-plot", min_width=280)
+                attention_plot = gr.Plot(_note_figure(NO_ATTENTION_YET), label="Attention on a probe prompt",
+                                         elem_id="live-attention", min_width=280)
             sample = gr.Textbox(label="Live sample (the model writing, refreshed as it learns)", lines=4,
                                 interactive=False, elem_id="live-sample", elem_classes="mono")
-            attention_plot = gr.Plot(_note_figure("Press Train: the attention of each head on a probe prompt appears here."),
-                                     label="Attention on a probe prompt", elem_id="live-attention")
             with gr.Accordion("Checkpoint: download or upload", open=False):
                 with gr.Row():
                     save_btn = gr.Button("Prepare download (.zip)")
@@ -565,29 +713,41 @@ def build(ctx: AppContext) -> TrainHandlers:
                             "the optimizer's state: uploaded again, **Train** continues exactly where it stopped.")
                 checkpoint_upload = gr.File(label="Upload a checkpoint .zip to continue or inspect it",
                                             file_types=[".zip"], type="filepath")
+    if set(form) != set(FORM_FIELDS):
+        raise RuntimeError(f"the Train tab's components do not match TrainForm: {sorted(set(form) ^ set(FORM_FIELDS))}")
+    shown.update(status=status, model_changed=ctx.model_changed, **form)
 
-    form = [preset, corpus, tokenizer, stage, n_layer, n_head, n_embd, block_size, dropout, steps, batch, lr, seed,
-            warmup, eval_every, weight_decay, grad_clip, text, upload]
-    live = [status, progress, loss_plot, sample, attention_plot, ctx.model_changed]
+    def by_name(fn: Callable) -> Callable:
+        """`fn` returning {name: value} as a handler returning {component: value} (Gradio's form)."""
+        @functools.wraps(fn)
+        def handler(*args, **kwargs):
+            return {shown[name]: value for name, value in fn(*args, **kwargs).items()}
+        return handler
+
+    inputs = [form[name] for name in FORM_FIELDS]
+    live = [status, progress, shown["loss_plot"], sample, attention_plot, ctx.model_changed]
     cheap = dict(**ctx.cheap(), show_progress="hidden")
-
-    preset.change(handlers.apply_preset, preset, [preset_info, corpus, tokenizer, stage, n_layer, n_head, n_embd,
-                  block_size, dropout, steps, batch, lr, warmup, eval_every, weight_decay, grad_clip],
-                  api_name="preset", **cheap)
-    corpus.change(_show_corpus_inputs, corpus, [text, upload],
-                  api_visibility="private", **cheap)
-    previewed = (corpus, tokenizer, stage, n_layer, n_head, n_embd, block_size, dropout, upload)
-    gr.on([c.change for c in previewed] + [text.blur, ctx.demo.load], handlers.preview, form, params,
-          api_name="preview", api_visibility="private", **cheap)  # the UI's live count; scripts call /train
-    train_btn.click(handlers.train, form, live, api_name="train", **ctx.heavy("train"))
+    preset_outputs = [shown["preset_info"]] + [form[name] for name in FORM_FIELDS if name != "preset"]
+    form["preset"].change(by_name(handlers.apply_preset), form["preset"], preset_outputs, api_name="preset", **cheap)
+    form["corpus"].change(_show_corpus_inputs, form["corpus"], [form["text"], form["upload"]],
+                          api_visibility="private", **cheap)
+    form["corpus"].change(handlers.describe_setup, [form["preset"], form["corpus"]], shown["preset_info"],
+                          api_visibility="private", **cheap)
+    form["stage"].change(_heads_for_stage, form["stage"], form["n_head"], api_visibility="private", **cheap)
+    previewed = [form[name] for name in ("corpus", "tokenizer", "stage", "n_layer", "n_head", "n_embd",
+                                         "block_size", "dropout", "upload")]
+    # The live count and whether Train continues; also after training and Stop (the model changed).
+    gr.on([c.change for c in previewed] + [form["text"].blur, ctx.demo.load, ctx.model_changed.change],
+          handlers.preview, inputs, [params, next_step], api_name="preview", api_visibility="private", **cheap)
+    training = dict(**ctx.heavy("train"))  # both buttons share one concurrency id: one limit for all trainings
+    train_btn.click(handlers.train, inputs, live, api_name="train", **training)
+    new_btn.click(handlers.train_new, inputs, live, api_name="train_new", **training)
     stop_btn.click(handlers.stop, None, status, api_name="stop", **cheap)
-    reset_btn.click(handlers.reset, None, live, api_name="reset", **cheap)
     # One checkpoint at a time on the whole server: each briefly holds a model's bytes twice.
     one_at_a_time = dict(**ctx.heavy("checkpoint"), show_progress="minimal")
     save_btn.click(handlers.save_checkpoint, None, checkpoint_file, api_name="save_checkpoint", **one_at_a_time)
-    checkpoint_upload.upload(
-        handlers.load_checkpoint, checkpoint_upload,
-        [status, loss_plot, tokenizer, stage, n_layer, n_head, n_embd, block_size, dropout, ctx.model_changed],
-        api_name="load_checkpoint", **one_at_a_time,
-    )
+    loaded_outputs = [status, shown["loss_plot"], ctx.model_changed] + [form[name] for name in
+                                                                      ("tokenizer", "stage", *MODEL_FIELDS)]
+    checkpoint_upload.upload(by_name(handlers.load_checkpoint), checkpoint_upload, loaded_outputs,
+                             api_name="load_checkpoint", **one_at_a_time)
     return handlers
