@@ -172,6 +172,7 @@ def train(args: argparse.Namespace) -> int:
           f"device {trainer.device}, {torch.get_num_threads()} CPU threads"
           + (f", resuming at step {trainer.step}" if state is not None else ""), file=sys.stderr)
 
+    first_step = trainer.step
     interactive = sys.stderr.isatty()
     step_times: list[float] = []
     event, val_loss = None, None
@@ -203,11 +204,17 @@ def train(args: argparse.Namespace) -> int:
     median = statistics.median(step_times) if step_times else float("nan")
     tokens = train_config.batch_size * model_config.block_size
     print(
-        f"{trainer.step} steps in {wall:.1f} s: median {median * 1000:.1f} ms/iter, "
+        f"{_steps_made(first_step, trainer.step)} in {wall:.1f} s: median {median * 1000:.1f} ms/iter, "
         f"{tokens / median:,.0f} tokens/s, final val loss {val_loss if val_loss is not None else float('nan'):.4f}\n"
         f"checkpoint saved to {out}", file=sys.stderr,
     )
     return 1 if failed else 0
+
+
+def _steps_made(first: int, last: int) -> str:
+    """'250 steps (2000 -> 2250)': the steps this run made, and from where when it resumed."""
+    made = f"{last - first} step{'' if last - first == 1 else 's'}"
+    return f"{made} ({first} -> {last})" if first else made
 
 
 def _resumed_config(meta: dict, overrides: dict) -> TrainConfig:

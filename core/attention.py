@@ -9,8 +9,11 @@ patterns (Olsson et al., "In-context Learning and Induction Heads", 2022):
 - first-token: parks attention on the first token (an "attention sink"),
 - self: looks at the current token itself,
 - fixed-offset: looks a fixed number (2 or more) of tokens back, by position not content,
-- induction: looks at the token that followed an earlier occurrence of the current token
-  (needs repeats; `induction_probe` makes a standard repeated random-token text),
+- induction: looks at the token that followed an earlier occurrence of the current token.
+  On a text that repeats with one period this is also a fixed offset, so the label needs
+  evidence from outside the text: `probe_induction` runs the model on random tokens written
+  twice, at two repeat lengths (a head that reads by position matches at most one), and
+  only a head past layer 0 can be one (it composes with a previous-token head before it),
 - mirror: looks as far before a centre as the current token is after it (query + key fixed),
   the anti-diagonal that writes a word backwards,
 - uniform: spreads attention evenly, i.e. averages everything before.
@@ -32,8 +35,10 @@ from core.model import GPT
 PATTERNS = ("previous-token", "first-token", "self", "fixed-offset", "induction", "mirror")
 STRONG_PATTERN = 0.5  # a chance-corrected score at least this high names the head
 UNIFORM_ENTROPY = 0.85  # normalised entropy at least this high (and no pattern) means "uniform"
-TIE = 0.05  # induction wins a fixed-offset score this close: on a periodic text they coincide
+TIE = 0.05  # a confirmed induction head wins a fixed-offset score this close: on a periodic text they coincide
 MIRROR_ROWS = 3  # a mirror needs at least this many query rows: fewer fit any head by chance
+PROBE_HALF_MIN = 3  # the shortest half of an induction probe where induction can show
+PROBE_HALF_MAX = 40  # tokens in each half of an induction probe, at most
 
 
 @torch.no_grad()
@@ -82,7 +87,19 @@ class HeadSummary:
     scores: dict[str, float | None]  # every pattern's score (PATTERNS order); None where the text cannot show it
     offset: int | None  # how many tokens back its best fixed-offset match looks (None: text too short)
     mirror_centre: float | None  # the position its best mirror reflects around (None: text too short)
-    explanation: str  # one sentence for a learner
+    probe_induction: float | None  # its induction score on random tokens written twice (None: not tested)
+    explanation: str  # a sentence or two for a learner
+
+    @property
+    def induction_head(self) -> bool:
+        """Whether the head counts as an induction head, whatever this text shows (`is_induction_head`)."""
+        return is_induction_head(self.layer, self.probe_induction)
+
+
+def is_induction_head(layer: int, probe_score: float | None) -> bool:
+    """The one rule for the "induction" label: the head follows repeats in fresh random text
+    (`probe_induction`) and sits past layer 0, where it can compose with an earlier head."""
+    return layer > 0 and probe_score is not None and probe_score >= STRONG_PATTERN
 
 
 def entropy_bits(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,12 +202,18 @@ def _best_candidate(candidates: dict[int, tuple[torch.Tensor, torch.Tensor]]
     return masses.gather(0, best[None])[0], best_score, values[best]
 
 
-def summarize_heads(maps: torch.Tensor, ids: list[int]) -> list[HeadSummary]:
-    """One `HeadSummary` per head, layer by layer, for the text `ids` that made `maps`."""
+def summarize_heads(maps: torch.Tensor, ids: list[int], probe: torch.Tensor | None = None) -> list[HeadSummary]:
+    """One `HeadSummary` per head, layer by layer, for the text `ids` that made `maps`.
+
+    probe: each head's induction score on random repeated text, (L, H) from `probe_induction`;
+    without it no head is labelled induction, however well this text fits the pattern.
+    """
     if maps.size(-1) != len(ids):
         raise ValueError(f"the maps cover {maps.size(-1)} tokens but {len(ids)} token ids were given")
     if len(ids) < 2:
         raise ValueError("a head can only choose where to look with at least 2 tokens")
+    if probe is not None and probe.shape != maps.shape[:2]:
+        raise ValueError(f"the probe scores are {tuple(probe.shape)} but the maps have {tuple(maps.shape[:2])} heads")
     entropy, normalized = entropy_bits(maps)
     patterns = pattern_scores(maps, ids)
     offsets = offset_scores(maps)
@@ -205,23 +228,29 @@ def summarize_heads(maps: torch.Tensor, ids: list[int]) -> list[HeadSummary]:
             scores = {n: None if p is None else float(p[1][layer, head]) for n, p in patterns.items()}
             offset = None if offsets is None else int(offsets[2][layer, head])
             centre = None if mirrors is None else int(mirrors[2][layer, head]) / 2
-            label, score, closest = _label(scores, float(normalized[layer, head]))
+            probe_score = None if probe is None else float(probe[layer, head])
+            label, score, closest = _label(scores, float(normalized[layer, head]),
+                                           is_induction_head(layer, probe_score))
+            explanation = (_explain(label, score, mass.get(label, 0.0), closest, offset, centre)
+                           + _induction_note(label, layer, scores, probe_score))
             summaries.append(HeadSummary(
                 layer=layer, head=head,
                 entropy=float(entropy[layer, head]), normalized_entropy=float(normalized[layer, head]),
                 label=label, score=score, scores=scores, offset=offset, mirror_centre=centre,
-                explanation=_explain(label, score, mass.get(label, 0.0), closest, offset, centre, scores),
+                probe_induction=probe_score, explanation=explanation,
             ))
     return summaries
 
 
-def _label(scores: dict[str, float | None], normalized_entropy: float) -> tuple[str, float, str]:
-    """The head's label, its score, and the closest pattern."""
-    measured = {name: s for name, s in scores.items() if s is not None}
+def _label(scores: dict[str, float | None], normalized_entropy: float, induction_head: bool
+           ) -> tuple[str, float, str]:
+    """The head's label, its score, and the closest pattern; "induction" only for an induction head."""
+    measured = {name: s for name, s in scores.items()
+                if s is not None and (name != "induction" or induction_head)}
     closest = max(measured, key=measured.get)
     if closest == "fixed-offset" and measured.get("induction", -1.0) >= measured[closest] - TIE:
         # On a text that repeats with one period an induction head scores the same on both;
-        # a head that reads by position scores clearly higher on fixed-offset.
+        # the probe showed this one reads content, not position.
         closest = "induction"
     if measured[closest] >= STRONG_PATTERN:
         return closest, measured[closest], closest
@@ -231,7 +260,7 @@ def _label(scores: dict[str, float | None], normalized_entropy: float) -> tuple[
 
 
 def _explain(label: str, score: float, mass: float, closest: str, offset: int | None,
-             centre: float | None, scores: dict[str, float | None]) -> str:
+             centre: float | None) -> str:
     share = f"{mass:.0%}"
     centre_text = "the centre" if centre is None else f"position {centre:g}"
     sentences = {
@@ -249,15 +278,33 @@ def _explain(label: str, score: float, mass: float, closest: str, offset: int | 
         "uniform": f"Averaging head: attention is spread almost evenly ({score:.0%} of the maximum "
         "entropy), a running average of everything before.",
     }
-    both = [scores["fixed-offset"], scores["induction"]]
-    if label in ("fixed-offset", "induction") and None not in both and min(both) >= STRONG_PATTERN:
-        # on a text that repeats with one period, both patterns point at the same keys
-        return sentences[label] + (" On a text that repeats with one period, induction and a fixed offset "
-                                   "look alike: Induction probes of other lengths tell them apart.")
     if label in sentences:
         return sentences[label]
     hint = f" (closest: {closest}, score {score:.2f})" if score >= 0.1 else ""
     return f"No single simple pattern{hint}; open it in the large view to see what it does."
+
+
+def _induction_note(label: str, layer: int, scores: dict[str, float | None], probe_score: float | None) -> str:
+    """Why the head is, or is not, an induction head, where this text alone would suggest otherwise."""
+    on_text = scores["induction"] or 0.0
+    probe_text = f"random tokens written twice (probe score {probe_score:.2f})" if probe_score is not None else ""
+    if label == "induction":
+        if (scores["fixed-offset"] or 0.0) >= STRONG_PATTERN:
+            return (" A fixed offset fits this text too, but the head does the same on " + probe_text
+                    + " at two repeat lengths: it reads content, not position.")
+        return f" It does the same on {probe_text}."
+    if is_induction_head(layer, probe_score):
+        return f" On {probe_text} it is an induction head; this text gives it little to repeat."
+    if on_text < STRONG_PATTERN:
+        return ""
+    if layer == 0:
+        why = ("a layer-0 head cannot be one: induction needs a previous-token head in an earlier layer "
+               "to tell it which token came before.")
+    elif probe_score is None:
+        why = "the context is too short to test it on random repeated text."
+    else:
+        why = f"it does not follow the repeats in {probe_text}."
+    return f" On this text it also lands where an induction head would look, but {why}"
 
 
 def induction_probe(vocab_size: int, half_length: int, *, seed: int = 0) -> list[int]:
@@ -271,6 +318,34 @@ def induction_probe(vocab_size: int, half_length: int, *, seed: int = 0) -> list
     generator = torch.Generator().manual_seed(seed)
     half = torch.randint(vocab_size, (half_length,), generator=generator).tolist()
     return half + half
+
+
+def probe_halves(block_size: int) -> tuple[int, int] | None:
+    """Two different half lengths for induction probes that fit a context: (short, long), or
+    None when the context cannot hold two."""
+    longest = min(block_size // 2, PROBE_HALF_MAX)
+    shorter = max(PROBE_HALF_MIN, round(longest * 2 / 3))
+    return None if shorter >= longest else (shorter, longest)
+
+
+@torch.no_grad()
+def probe_induction(model: GPT, *, seed: int = 0) -> torch.Tensor | None:
+    """Each head's induction score on random tokens written twice, the lower of two repeat
+    lengths: (L, H), or None when the model's context is too short for the probes.
+
+    A head that reads by position looks back one fixed distance, which lands on the repeat of
+    at most one of the lengths; an induction head follows the repeat at both. Seeded, so one
+    model always gets the same scores.
+    """
+    halves = probe_halves(model.config.block_size)
+    if halves is None:
+        return None
+    scores = []
+    for i, half in enumerate(halves):
+        ids = induction_probe(model.config.vocab_size, half, seed=seed + i)
+        _, score = pattern_scores(attention_maps(model, ids), ids)["induction"]
+        scores.append(score)
+    return torch.minimum(*scores)
 
 
 # ---------------------------------------------------------------- downsampling for display

@@ -50,6 +50,7 @@ TRAINER_FILE = "trainer.safetensors"
 MAX_WEIGHTS_BYTES = 2 << 30  # 2 GiB: GPT-2 small in float32 is 0.5 GiB
 MAX_CONFIG_BYTES = 4 << 20  # a character vocabulary is small; 4 MiB is generous
 MAX_TRAINER_BYTES = 2 * MAX_WEIGHTS_BYTES + (64 << 20)  # two moments per weight, plus the curve
+ANSWER_KEYS = ("answer_loss", "answer_accuracy")  # a task corpus's score (core.train), in history rows
 MAX_HISTORY_ROWS = 1_000_000  # loss-curve rows, one a step: the app's max_iters without caps
 MAX_META_TEXT = 256  # characters of a meta name (corpus, preset, text file): shown to users
 # Sizes a file of a known model can take (see weights_bytes and trainer_bytes):
@@ -337,8 +338,9 @@ def check_history(rows: object, max_rows: int = MAX_HISTORY_ROWS) -> list[dict]:
     """A loss curve read from a file (as `Trainer.history` writes it), checked; returns new rows.
 
     At most `max_rows` objects, each with 'step' (a non-negative integer above the previous
-    row's), 'train_loss' and 'lr' (finite numbers) and 'val_loss' (a number, or null or absent
-    between evaluations). Other keys are dropped; numbers become floats. A CheckpointError
+    row's), 'train_loss' and 'lr' (finite numbers), 'val_loss' (a number, or null or absent
+    between evaluations) and, for a task corpus, 'answer_loss' and 'answer_accuracy' (likewise).
+    Other keys are dropped; numbers become floats. A CheckpointError
     names the first row and field that is wrong.
     """
     if not isinstance(rows, list) or len(rows) > max_rows:
@@ -352,9 +354,11 @@ def check_history(rows: object, max_rows: int = MAX_HISTORY_ROWS) -> list[dict]:
             raise CheckpointError(f"history row {index}: step must be an integer above the previous row's, "
                                   f"got {_show(step)}")
         clean.append({"step": step})
-        for key in ("train_loss", "val_loss", "lr"):
+        for key in ("train_loss", "val_loss", "lr", *ANSWER_KEYS):
             value, number = row.get(key), _as_float(row.get(key))
-            if key == "val_loss":  # null between evaluations; an evaluation's loss may overflow
+            if key in ANSWER_KEYS and key not in row:
+                continue  # only task corpora score their answers
+            if key == "val_loss" or key in ANSWER_KEYS:  # null between evaluations; a loss may overflow
                 if value is not None and number is None:
                     raise CheckpointError(f"history row {index}: {key} must be a number or null, got {_show(value)}")
             elif number is None or not math.isfinite(number):  # the trainer records only finite ones

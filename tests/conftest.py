@@ -1,16 +1,84 @@
 """Shared test setup: offline data, fixed seeds, a running app, a headless browser."""
 
 import contextlib
+import hashlib
 import os
+import random
+import shutil
+import string
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
+import core.data
+
 REPO = Path(__file__).resolve().parent.parent
 
-# Tiny Shakespeare comes from ../shared/data (as in CI); tests never download it.
-os.environ.setdefault("PLAYGROUND_DATA_DIR", str(REPO.parent / "shared" / "data"))
+# ---------------------------------------------------------------- Tiny Shakespeare, offline
+# Tests never download it. They read the real file from $PLAYGROUND_DATA_DIR or ../shared/data
+# (as in CI); in a fresh clone elsewhere, from a stand-in (see pytest_configure).
+
+SHAKESPEARE_CHARS = 1_115_394
+SHAKESPEARE_ALPHABET = "\n !$&',-.3:;?" + string.ascii_uppercase + string.ascii_lowercase  # its 65 characters
+STAND_IN_OPENING = "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
+# The rare characters ($ & 3 - ' ; ? ! X Z J Q) appear here; the speakers and words bring the rest.
+STAND_IN_PROLOGUE = "All:\nZounds! 3 crowns & a $ -- is't so? Xanthippe; Jaques, Quince: vex'd.\n\n"
+SPEAKERS = ["ALL", "BRUTUS", "CLAUDIO", "DUKE VINCENTIO", "ESCALUS", "FRIAR LAURENCE", "GLOUCESTER",
+            "HASTINGS", "ISABELLA", "JULIET", "KING RICHARD III", "LUCIO", "MENENIUS", "NURSE", "OXFORD",
+            "PAULINA", "QUEEN ELIZABETH", "ROMEO", "SICINIUS", "TRANIO", "VOLUMNIA", "WARWICK", "YORK"]
+WORDS = ("thou thee thy art hath doth lord love death king queen crown night day heart blood grace "
+         "speak hear sweet fair noble good gentle honour father son brother sword jest quick vex "
+         "zeal exeunt enter why what where when now o my your our and the of to a is not with "
+         "but for so be this that shall will would come go hence away prithee sir madam").split()
+
+
+def stand_in_shakespeare() -> str:
+    """A deterministic play of Tiny Shakespeare's shape: its length, its 65 characters, its first
+    line. What the tests assert of the real file holds for it; the words are made up."""
+    rng = random.Random(0)
+    parts, size = [STAND_IN_OPENING, STAND_IN_PROLOGUE], len(STAND_IN_OPENING) + len(STAND_IN_PROLOGUE)
+    while size < SHAKESPEARE_CHARS:
+        lines = []
+        for _ in range(rng.randint(1, 4)):
+            words = rng.choices(WORDS, k=rng.randint(4, 10))
+            lines.append(" ".join(words).capitalize() + rng.choice(".,;:!?"))
+        speech = f"{rng.choice(SPEAKERS)}:\n" + "\n".join(lines) + "\n\n"
+        parts.append(speech)
+        size += len(speech)
+    text = "".join(parts)[: SHAKESPEARE_CHARS - 1] + "\n"
+    assert sorted(set(text)) == sorted(SHAKESPEARE_ALPHABET)
+    return text
+
+
+def _real_shakespeare_dir() -> str | None:
+    """The first of $PLAYGROUND_DATA_DIR and ../shared/data that holds tinyshakespeare/input.txt."""
+    for folder in (os.environ.get(core.data.DATA_DIR_ENV), str(REPO.parent / "shared" / "data")):
+        if folder and (Path(folder) / "tinyshakespeare" / "input.txt").is_file():
+            return folder
+    return None
+
+
+def pytest_configure(config):
+    """Point $PLAYGROUND_DATA_DIR at Tiny Shakespeare before any test module is imported.
+
+    Without the real file, a stand-in is written to a temporary folder, and (in this process only)
+    the loader's expected sha256 becomes the stand-in's: the loader's code still checks every file,
+    refuses one that differs and accepts only the expected one."""
+    real = _real_shakespeare_dir()
+    if real is not None:
+        os.environ[core.data.DATA_DIR_ENV] = real
+        return
+    folder = Path(tempfile.mkdtemp(prefix="stand-in-shakespeare-"))
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    data = stand_in_shakespeare().encode("ascii")
+    (folder / "tinyshakespeare").mkdir()
+    (folder / "tinyshakespeare" / "input.txt").write_bytes(data)
+    patch = pytest.MonkeyPatch()
+    config.add_cleanup(patch.undo)
+    patch.setenv(core.data.DATA_DIR_ENV, str(folder))
+    patch.setattr(core.data, "SHAKESPEARE_SHA256", hashlib.sha256(data).hexdigest())
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from playground.app import build_app, launch_kwargs
 from playground.context import AppContext
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
-from playground.tabs.generate import GenerateHandlers
+from playground.tabs.generate import COLOR_MAP, GenerateHandlers
 from playground.tabs.train import TrainHandlers
 
 SETTINGS = Settings(max_layers=3, max_heads=4, max_embd=64, max_block_size=32, max_batch_size=16,
@@ -307,7 +307,7 @@ def test_generate_streams_tokens_with_probabilities(trained):
     updates = list(gen.generate("abc", 30, 0.8, 5, 0.9, 3, request="a"))
     tokens, text, status = updates[-1]
     assert tokens[0] == ("abc", None) and len(tokens) == 31
-    assert all(0 < p <= 1 for _, p in tokens[1:])
+    assert all(band in COLOR_MAP for _, band in tokens[1:])  # each token shaded by its probability band
     # the shaded tokens are the text, with a visible ↵ before each line break
     assert text == "abc" + "".join(t for t, _ in tokens[1:]).replace("↵\n", "\n") and status.startswith("30 tokens")
     session = ctx.registry.get("a")
@@ -345,8 +345,6 @@ def test_empty_prompt_starts_from_a_newline(trained):
     (("abc", 10, 1.0, -3, 1.0, None), "Top-k must be at least 1"),
     (("abc", 10, 1.0, 0, 0.0, None), "Top-p must be at least 0.01"),
     (("abc", 10, 1.0, 0, 1.0, 1.5), "Seed must be a whole number"),
-    (("ABC", 10, 1.0, 0, 1.0, None), "not in this model's vocabulary"),
-    (("abcdefghijklmnopq", 10, 1.0, 0, 1.0, None), "17 tokens long; this model's context is 16"),
     (("a" * 201, 10, 1.0, 0, 1.0, None), "Prompt has 201 characters; the limit is 200"),
 ])
 def test_bad_generation_input_is_a_clear_error(trained, args, message):
@@ -358,8 +356,8 @@ def test_bad_generation_input_is_a_clear_error(trained, args, message):
 
 def test_generate_without_a_model_says_what_to_do(trained):
     _, _, gen = trained
-    with pytest.raises(gr.Error, match="no model yet: train one"):
-        list(gen.generate("abc", 10, 1.0, 0, 1.0, None, request="nobody"))  # a's model is not theirs
+    (tokens, text, status), = gen.generate("abc", 10, 1.0, 0, 1.0, None, request="nobody")  # a's model is not theirs
+    assert "no model yet: train one" in status
 
 
 # ---------------------------------------------------------------- the app

@@ -1,4 +1,5 @@
-"""core.attention: maps from a real model, per-head labels on hand-made patterns, pooling."""
+"""core.attention: maps from a real model, per-head labels on hand-made patterns, the induction
+probe, pooling."""
 
 import math
 
@@ -6,8 +7,8 @@ import pytest
 import torch
 
 from core.attention import (
-    attention_maps, entropy_bits, head_view, induction_probe, pattern_targets, pool_attention, pool_keys,
-    summarize_heads, token_spans,
+    PROBE_HALF_MAX, attention_maps, entropy_bits, head_view, induction_probe, pattern_targets, pool_attention,
+    pool_keys, probe_halves, probe_induction, summarize_heads, token_spans,
 )
 from core.config import GPTConfig, stage_config
 from core.model import GPT, capture_attention
@@ -61,6 +62,17 @@ def mirror_head(n: int, total: int) -> torch.Tensor:
 
 def stacked(*heads: torch.Tensor) -> torch.Tensor:
     return torch.stack(heads)[None]  # (1, H, T, T)
+
+
+def in_layer_1(*heads: torch.Tensor) -> torch.Tensor:
+    """The heads as layer 1 of a 2-layer model (layer 0 uniform): where an induction head can be."""
+    layer_1 = torch.stack(heads)
+    return torch.stack([causal_uniform(layer_1.size(-1)).expand_as(layer_1), layer_1])  # (2, H, T, T)
+
+
+def probe_scores(n_layer: int, n_head: int, value: float) -> torch.Tensor:
+    """Every head's induction score on the probe, as `probe_induction` would give it."""
+    return torch.full((n_layer, n_head), value)
 
 
 # ---------------------------------------------------------------- maps from the model
@@ -120,19 +132,24 @@ def test_each_textbook_head_gets_its_label():
         mirror_head(n, 13),
         causal_uniform(n),
     ]
-    summaries = summarize_heads(stacked(*heads), ids)
+    probe = probe_scores(2, 7, 0.0)
+    probe[1, 4] = 0.9  # the induction head follows repeats in random text too
+    summaries = summarize_heads(in_layer_1(*heads), ids, probe)[7:]
     assert [s.label for s in summaries] == [
         "previous-token", "first-token", "self", "fixed-offset", "induction", "mirror", "uniform",
     ]
-    assert [(s.layer, s.head) for s in summaries] == [(0, h) for h in range(7)]
+    assert [(s.layer, s.head) for s in summaries] == [(1, h) for h in range(7)]
+    assert [s.induction_head for s in summaries] == [False] * 4 + [True] + [False] * 2
     assert summaries[0].score == pytest.approx(1.0)
     assert summaries[0].scores["first-token"] == pytest.approx(0.0, abs=0.05)
     assert summaries[3].offset == 3 and summaries[3].scores["fixed-offset"] == pytest.approx(1.0)
     assert summaries[4].scores["induction"] == pytest.approx(1.0)
+    assert summaries[4].probe_induction == pytest.approx(0.9)
     assert summaries[4].scores["fixed-offset"] < 0.5  # its look-back distance changes from row to row
     assert "Previous-token head: 100%" in summaries[0].explanation
     assert "3 positions back" in summaries[3].explanation
-    assert "Induction head" in summaries[4].explanation and "fixed offset" not in summaries[4].explanation
+    assert "Induction head" in summaries[4].explanation and "probe score 0.90" in summaries[4].explanation
+    assert "fixed offset" not in summaries[4].explanation
     assert summaries[5].mirror_centre == 6.5 and summaries[5].scores["mirror"] == pytest.approx(1.0)
     assert "Mirror head: 100%" in summaries[5].explanation and "position 6.5" in summaries[5].explanation
     assert all(s.scores["mirror"] < 0.5 for s in summaries[:5])  # no other textbook head looks like one
@@ -153,19 +170,42 @@ def test_mirror_needs_enough_rows():
     assert summary.scores["mirror"] is None and summary.mirror_centre is None
 
 
-def test_on_a_periodic_text_induction_and_fixed_offset_are_flagged_as_alike():
-    # the token after the earlier occurrence is always 5 back: both readings fit
-    summary = summarize_heads(stacked(induction_head(REPEATED)), REPEATED)[0]
-    assert summary.label == "induction" and summary.offset == 5
-    assert summary.scores["fixed-offset"] > 0.5
-    assert "Induction probes of other lengths" in summary.explanation
+def test_on_a_periodic_text_the_probe_decides_between_induction_and_fixed_offset():
+    # the token after the earlier occurrence is always 5 back: both readings fit this text
+    maps = in_layer_1(induction_head(REPEATED))
+    confirmed = summarize_heads(maps, REPEATED, probe_scores(2, 1, 0.8))[1]
+    assert confirmed.label == "induction" and confirmed.offset == 5
+    assert confirmed.scores["fixed-offset"] > 0.5
+    assert "A fixed offset fits this text too" in confirmed.explanation
+    assert "reads content, not position" in confirmed.explanation
+    # the same map from a head that failed the probe: it reads by position, whatever this text suggests
+    refuted = summarize_heads(maps, REPEATED, probe_scores(2, 1, 0.1))[1]
+    assert refuted.label == "fixed-offset" and refuted.score == pytest.approx(confirmed.scores["fixed-offset"])
+    assert refuted.scores["induction"] > 0.5  # the text's score is still shown as measured
+    assert "does not follow the repeats in random tokens written twice (probe score 0.10)" in refuted.explanation
+
+
+def test_a_layer_0_head_is_never_an_induction_head():
+    # layer 0 sees only tokens and positions: it has no earlier head to learn what came before
+    maps = stacked(induction_head(SHUFFLED_REPEATS))
+    summary = summarize_heads(maps, SHUFFLED_REPEATS, probe_scores(1, 1, 1.0))[0]
+    assert summary.scores["induction"] == pytest.approx(1.0)
+    assert summary.label != "induction" and not summary.induction_head
+    assert "a layer-0 head cannot be one" in summary.explanation
+
+
+def test_without_a_probe_no_head_is_called_induction():
+    summary = summarize_heads(in_layer_1(induction_head(REPEATED)), REPEATED)[1]
+    assert summary.label == "fixed-offset" and summary.probe_induction is None
+    assert "too short to test it" in summary.explanation
 
 
 def test_a_positional_head_is_not_called_induction_just_because_the_text_repeats():
     # looks 6 back on every row: where a token repeats, that is its earlier occurrence itself,
     # not the token after it, so induction scores low even though the text repeats
     ids = [7, 8] + REPEATED
-    summary = summarize_heads(stacked(one_hot_rows(len(ids), lambda q: max(q - 6, 0))), ids)[0]
+    maps = in_layer_1(one_hot_rows(len(ids), lambda q: max(q - 6, 0)))
+    summary = summarize_heads(maps, ids, probe_scores(2, 1, 0.0))[1]
     assert summary.label == "fixed-offset" and summary.offset == 6
     assert summary.scores["fixed-offset"] > summary.scores["induction"] + 0.05
 
@@ -223,6 +263,8 @@ def test_summaries_reject_mismatched_or_too_short_input():
         summarize_heads(torch.rand(1, 1, 3, 3), [1, 2, 3, 4])
     with pytest.raises(ValueError, match="at least 2 tokens"):
         summarize_heads(torch.ones(1, 1, 1, 1), [1])
+    with pytest.raises(ValueError, match=r"probe scores are \(2, 2\) but the maps have \(1, 1\)"):
+        summarize_heads(stacked(causal_uniform(4)), [1, 2, 3, 4], probe_scores(2, 2, 0.0))
 
 
 def test_induction_probe_repeats_random_tokens_and_is_seeded():
@@ -232,6 +274,55 @@ def test_induction_probe_repeats_random_tokens_and_is_seeded():
     assert probe == induction_probe(50, 20, seed=3) != induction_probe(50, 20, seed=4)
     with pytest.raises(ValueError):
         induction_probe(50, 0)
+
+
+def test_probe_halves_are_two_lengths_that_fit_the_context():
+    assert probe_halves(32) == (11, 16)  # neither repeat is 9, the copy task's period
+    assert probe_halves(8) == (3, 4)
+    assert probe_halves(1024) == (27, PROBE_HALF_MAX)
+    assert probe_halves(7) is None and probe_halves(3) is None  # no room for two lengths of 3 or more
+
+
+class ForcedHeads:
+    """Forward hooks that overwrite heads of a model with textbook patterns of the text it reads."""
+
+    def __init__(self, model: GPT) -> None:
+        self.model = model
+        self.ids: list[int] = []
+        model.register_forward_pre_hook(self._remember)
+
+    def _remember(self, module, inputs) -> None:
+        self.ids = inputs[0][0].tolist()
+
+    def force(self, layer: int, head: int, make) -> None:
+        def hook(module, inputs, pattern):
+            pattern = pattern.clone()
+            pattern[:, head] = make(self.ids)
+            return pattern
+
+        self.model.blocks[layer].attn.hook_pattern.register_forward_hook(hook)
+
+
+def test_probe_tells_an_induction_head_from_a_fixed_offset_head():
+    model = small_model(block_size=32, n_head=3)
+    forced = ForcedHeads(model)
+    forced.force(1, 0, induction_head)  # reads content
+    forced.force(1, 1, lambda ids: one_hot_rows(len(ids), lambda q: max(q - 10, 0)))  # reads position
+    forced.force(0, 2, induction_head)  # reads content, but in layer 0
+    scores = probe_induction(model)
+    assert scores.shape == (2, 3)
+    assert scores[1, 0] > 0.9 and scores[0, 2] > 0.9
+    # 10 back is the repeat of the 11-token half, not of the 16-token one: the weaker probe counts
+    assert scores[1, 1] < 0.2
+    assert torch.equal(scores, probe_induction(model))  # seeded: one model, one verdict
+    ids = SHUFFLED_REPEATS
+    summaries = summarize_heads(attention_maps(model, ids), ids, scores)
+    assert [(s.layer, s.head) for s in summaries if s.induction_head] == [(1, 0)]
+    assert [(s.layer, s.head) for s in summaries if s.label == "induction"] == [(1, 0)]
+
+
+def test_probe_needs_a_context_with_room_for_two_repeat_lengths():
+    assert probe_induction(small_model(block_size=7)) is None
 
 
 # ---------------------------------------------------------------- pooling for display

@@ -1,56 +1,189 @@
-"""The Attention tab in headless Chromium: analyse a text, see every head, pick a query token.
-
-The session gets a small model server-side (as if trained), so this test does not depend on
-the Train tab. Screenshots go to tests/screenshots/ for a person to look at.
+"""The Attention tab in headless Chromium, as a learner meets it: train the default task on the
+Train tab, analyse the copy example, read the headline, the board and the table, at a laptop's
+1366x900 and a phone's 390x844. Screenshots go to tests/screenshots/ for a person to look at.
 """
 
-import pytest
-from conftest import SCREENSHOTS, serve
+import re
 
-from core.config import GPTConfig
-from core.data import repeat_corpus
-from core.model import GPT
-from core.tokenizers import CharTokenizer
+import pytest
+from conftest import SCREENSHOTS
+from test_browser import assert_no_errors, set_number
 
 pytestmark = pytest.mark.browser
+TIMEOUT_MS = 120_000  # generous: other jobs share these 2 cores
+STEPS = 150  # of the default preset's 400: its copying head has formed by then
+EXAMPLE = "qwhzbkad|qwhzbkad"
+LONG_TEXT = "zxqkxtpyegf|umfi" * 2  # the model's whole context: 32 tokens, the most tick labels
+LAPTOP = {"width": 1366, "height": 900}
+PHONE = {"width": 390, "height": 844}
+STANDOUT = re.compile(r"L(\d+) H(\d+) ([a-z-]+) \((\d\.\d\d)\)")
+FIGURES = ("attention-summary", "attention-grid", "attention-large", "attention-view")
 
 
 @pytest.fixture(scope="module")
-def app_url():
-    tokenizer = CharTokenizer.from_text(repeat_corpus(50))
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=32, n_layer=2, n_head=4, n_embd=32))
-    with serve() as (demo, url):
-        registry = demo.registry
-        plain_get = registry.get
+def page(running_app, browser):
+    """One learner's page with the default task trained, shared by the two widths."""
+    page = browser.new_page(viewport=LAPTOP)
+    page.set_default_timeout(TIMEOUT_MS)
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    page.goto(running_app[1], wait_until="domcontentloaded")
+    page.locator("#train-button").wait_for()
+    open_tab(page, "Train")
+    set_number(page, "Steps", STEPS)
+    page.locator("#train-button").click()
+    page.locator("#train-status").filter(has_text=f"Done: {STEPS} steps").wait_for()
+    yield page
+    page.close()
 
-        def get_with_model(request):  # every session starts with a model, as if it had trained one
-            session = plain_get(request)
-            if session.model is None:
-                session.model, session.tokenizer = model, tokenizer
-            return session
 
-        registry.get = get_with_model
-        yield url
+def open_tab(page, title: str) -> None:
+    """Click a tab; on a narrow screen the later tabs sit in Gradio's "More tabs" menu."""
+    tab = page.get_by_role("tab", name=title)
+    if tab.count():
+        tab.click()
+    else:
+        page.get_by_role("button", name="More tabs").click()
+        page.locator(".overflow-dropdown button", has_text=title).click()
 
 
-def test_attention_tab_shows_grid_summary_and_head_view(app_url, browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(app_url, wait_until="domcontentloaded")
-    page.get_by_role("tab", name="Attention").click()
-    page.locator("#attention-text textarea").fill("qwhzbkad|qwhzbkad")
+def analyse(page, text: str, n_tokens: int) -> None:
+    page.locator("#attention-text textarea").fill(text)
     page.locator("#attention-run").click()
-    page.locator("#attention-status").get_by_text("17 tokens").wait_for(timeout=30_000)
-    # 2 layers x 4 heads: eight heatmaps, each a plotly subplot
-    page.locator("#attention-grid .heatmaplayer").first.wait_for(timeout=15_000)
-    assert page.locator("#attention-grid .heatmaplayer").count() == 8
-    assert page.locator("#attention-summary").get_by_text("H3").count() >= 1
-    page.locator("#attention-view .legendtext").first.wait_for(timeout=15_000)
+    page.locator("#attention-status").get_by_text(f"{n_tokens} tokens", exact=True).wait_for()
+
+
+def analyse_example(page) -> str:
+    """Analyse the copy example; the status text once every figure has drawn."""
+    open_tab(page, "Attention")
+    analyse(page, EXAMPLE[:8], 8)  # a different status first, so the example's cannot be a stale one
+    analyse(page, EXAMPLE, 17)
+    return figures_drawn(page)
+
+
+def figures_drawn(page) -> str:
+    """The status, once every figure has drawn."""
+    for figure in FIGURES:
+        page.locator(f"#{figure} .main-svg").first.wait_for()
+    page.locator("#attention-view .legendtext").first.wait_for()
+    return page.locator("#attention-status").inner_text()
+
+
+def table_rows(page) -> dict[tuple[int, int], list[str]]:
+    """Every row of the per-head table by (layer, head), scrolling its virtual list to the end."""
+    accordion = page.get_by_text("Per-head table")
+    if not page.locator("#attention-table").is_visible():
+        accordion.click()
+    page.locator("#attention-table [role=gridcell]").first.wait_for()
+    viewport = page.locator("#attention-table .virtual-table-viewport")
+    rows: dict[tuple[int, int], list[str]] = {}
+    for _ in range(50):
+        for cells in viewport.evaluate("""v => Array.from(v.querySelectorAll('[role=row][aria-rowindex]'))
+                .map(r => Array.from(r.querySelectorAll('[role=gridcell]')).map(c => c.innerText.trim()))
+                .filter(cells => cells.length && cells[0] !== '')"""):
+            rows[int(cells[0]), int(cells[1])] = cells
+        if viewport.evaluate("v => v.scrollTop + v.clientHeight >= v.scrollHeight - 1"):
+            break
+        viewport.evaluate("v => { v.scrollTop += v.clientHeight / 2 }")
+        page.wait_for_function("() => true")  # let the list render the rows scrolled into view
+    viewport.evaluate("v => { v.scrollTop = 0 }")
+    return rows
+
+
+def assert_headline_matches_table(status: str, rows: dict) -> list[tuple]:
+    headline = next(line for line in status.splitlines() if line.startswith("Heads to look at first"))
+    standouts = STANDOUT.findall(headline)
+    assert standouts, headline
+    for layer, head, label, score in standouts:
+        assert rows[int(layer), int(head)][2:4] == [label, score], (layer, head)
+    assert not [key for key, cells in rows.items() if key[0] == 0 and cells[2] == "induction"]
+    # the copying head looks 8 back from layer 0: by position, so not an induction head
+    assert (standouts[0][0], standouts[0][2]) == ("0", "fixed-offset")
+    return standouts
+
+
+def assert_table_reads(page, *, all_columns_visible: bool) -> None:
+    """Headers on one line each; the explanation column (or, on a laptop, every column) in view."""
+    headers = page.locator("#attention-table th span.header")
+    lines = headers.evaluate_all("spans => spans.map(s => [s.innerText, s.getClientRects().length])")
+    assert lines and all(count == 1 for _, count in lines), lines
+    box = page.locator("#attention-table .virtual-table-viewport").bounding_box()
+    right = box["x"] + box["width"] + 1
+    if all_columns_visible:
+        last = page.locator("#attention-table th").last.bounding_box()
+        assert last["x"] + last["width"] <= right, (last, box)
+    else:  # a phone scrolls the table sideways to the explanation, which then fits whole
+        explanation = page.locator("#attention-table th", has_text="what it does")
+        explanation.evaluate("th => th.scrollIntoView({inline: 'start', block: 'nearest'})")
+        column = explanation.bounding_box()
+        assert box["x"] - 1 <= column["x"] and column["x"] + column["width"] <= right, (column, box)
+
+
+def overlaps(boxes: list[dict]) -> list[tuple]:
+    """Pairs of boxes {left, right, top, bottom} that overlap by more than a pixel."""
+    return [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+            if min(a["right"], b["right"]) - max(a["left"], b["left"]) > 1
+            and min(a["bottom"], b["bottom"]) - max(a["top"], b["top"]) > 1]
+
+
+def boxes(page, selector: str) -> list[dict]:
+    """The drawn boxes of the visible elements matching `selector`."""
+    return page.locator(selector).evaluate_all("""nodes => nodes
+        .filter(n => n.getClientRects().length && getComputedStyle(n).display !== 'none'
+                     && getComputedStyle(n).visibility !== 'hidden' && n.textContent.trim())
+        .map(n => { const r = n.getBoundingClientRect();
+                    return {text: n.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom}; })""")
+
+
+def assert_figures_read(page) -> None:
+    """No tick label on another; each title clear of the plotly toolbar and Gradio's block label."""
+    for figure in ("attention-grid", "attention-large"):
+        for axis in ("x", "y"):  # a subplot's tick groups are classed xtick, x2tick, ...
+            ticks = boxes(page, f'#{figure} g[class^="{axis}"][class$="tick"] text')
+            clashes = overlaps(ticks)
+            assert ticks and not clashes, (figure, axis, clashes[:3])
+    for figure in FIGURES:
+        title = boxes(page, f"#{figure} .gtitle")
+        others = boxes(page, f"#{figure} .modebar") + boxes(page, f"#{figure} [data-testid=block-label]")
+        assert title and others, figure
+        for other in others:
+            assert not overlaps(title + [other]), (figure, title, other)
+
+
+def shoot(page, name: str) -> None:
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    page.locator("#attention-table").screenshot(path=str(SCREENSHOTS / f"{name}-table.png"))
+
+
+def test_attention_at_laptop_width_labels_heads_one_way(page):
+    status = analyse_example(page)
+    assert "No induction head" in status  # the copy task is solved by position: the probe finds none
+    standouts = assert_headline_matches_table(status, table_rows(page))
+    layer, head, _, score = standouts[0]
+    assert page.locator("#attention-summary").get_by_text(score).count() >= 1  # the board shows it too
+    assert page.locator("#attention-grid .heatmaplayer").count() == 8  # 2 layers x 4 heads
     assert page.locator("#attention-view .legendtext").count() == 4  # one entry per head
-    assert page.locator(".toast-body.error").count() == 0
-    page.screenshot(path=str(SCREENSHOTS / "attention_tab.png"), full_page=True)
+    assert_table_reads(page, all_columns_visible=True)
+    assert_figures_read(page)
+    assert_no_errors(page)
+    shoot(page, "attention-1366x900")
+
+
+def test_attention_at_phone_width_labels_heads_one_way(page):
+    page.set_viewport_size(PHONE)
+    open_tab(page, "Train")  # then back through the phone's "More tabs" menu
+    status = analyse_example(page)
+    assert_headline_matches_table(status, table_rows(page))
+    assert_table_reads(page, all_columns_visible=False)
+    assert_figures_read(page)
+    assert_no_errors(page)
+    shoot(page, "attention-390x844")
+    analyse(page, LONG_TEXT, 32)  # the narrowest heatmaps with the most tokens
+    figures_drawn(page)
+    assert_figures_read(page)
+    page.screenshot(path=str(SCREENSHOTS / "attention-390x844-32-tokens.png"), full_page=True)
 
     # an out-of-vocabulary text shows the server's message, not a crash
     page.locator("#attention-text textarea").fill("HELLO")
     page.locator("#attention-run").click()
-    page.get_by_text("not in this model's vocabulary").first.wait_for(timeout=15_000)
-    page.close()
+    page.get_by_text("not in this model's vocabulary").first.wait_for()

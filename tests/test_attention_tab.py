@@ -1,18 +1,26 @@
-"""The Attention tab's handlers as plain functions, and the size of every figure it sends."""
+"""The Attention tab's handlers as plain functions, and the size of every figure it sends.
+
+The copy-task tests train the default preset's model (fewer steps) once for the module: it
+learns a layer-0 head that looks 8 back, the head the tab once called induction.
+"""
 
 import json
+import re
 
 import gradio as gr
 import pytest
 import torch
 
-from core.attention import attention_maps, head_view, summarize_heads
+from core.attention import attention_maps, head_view, induction_probe, summarize_heads
 from core.config import GPTConfig, stage_config
+from core.data import TokenData
 from core.model import GPT
+from core.presets import preset_configs, preset_corpus
 from core.tokenizers import CharTokenizer, GPT2Tokenizer
+from core.train import Trainer
 from playground.context import AppContext
 from playground.figures import attention as figures
-from playground.sessions import SessionRegistry
+from playground.sessions import SessionRegistry, TrainedModel
 from playground.settings import Settings
 from playground.tabs import attention as tab
 
@@ -20,12 +28,15 @@ VOCAB = "\n abcdefghijklmnopqrstuvwxyz|"
 PAYLOAD_LIMIT = 2_000_000
 
 
+def make_ctx(**settings) -> AppContext:
+    with gr.Blocks():
+        return AppContext(settings=Settings(**settings), registry=SessionRegistry(10, 3600.0),
+                          model_changed=gr.Textbox(), tabs=gr.Tabs())
+
+
 @pytest.fixture
 def ctx():
-    settings = Settings(max_attention_tokens=20)
-    with gr.Blocks():
-        return AppContext(settings=settings, registry=SessionRegistry(10, 3600.0),
-                          model_changed=gr.Textbox(), tabs=gr.Tabs())
+    return make_ctx(max_attention_tokens=20)
 
 
 @pytest.fixture
@@ -33,11 +44,11 @@ def handlers(ctx):
     return tab.AttentionHandlers(ctx)
 
 
-def give_model(ctx, session_id="alice", **fields):
+def give_model(ctx, session_id="alice", tokenizer=None, **fields):
     session = ctx.registry.get(session_id)
-    config = dict(vocab_size=len(VOCAB), block_size=16, n_layer=2, n_head=3, n_embd=24)
-    session.model = GPT(GPTConfig(**{**config, **fields}))
-    session.tokenizer = CharTokenizer(VOCAB)
+    tokenizer = tokenizer or CharTokenizer(VOCAB)
+    config = dict(vocab_size=tokenizer.vocab_size, block_size=16, n_layer=2, n_head=3, n_embd=24)
+    session.trained = TrainedModel(GPT(GPTConfig(**{**config, **fields})), tokenizer, "a test corpus")
     return session
 
 
@@ -80,10 +91,18 @@ def test_analyse_opens_the_most_distinctive_head(ctx, handlers):
     assert "Layer 1" in figure_json(view)["layout"]["title"]["text"]
 
 
-def test_analyse_hints_at_the_induction_probe_when_nothing_repeats(ctx, handlers):
-    give_model(ctx)
+def test_analyse_says_which_heads_the_probe_found_even_when_nothing_repeats(ctx, handlers):
+    give_model(ctx)  # untrained: no head follows repeats
     status = handlers.analyse("abcdefg", "alice")[0]
-    assert "Induction probe" in status
+    assert "No induction head: no head past layer 0 follows the repeats" in status
+    assert "**Induction probe** writes such a text" in status
+
+
+def test_a_context_too_short_for_the_probe_says_induction_is_untested(ctx, handlers):
+    session = give_model(ctx, block_size=7)
+    status = handlers.analyse("abcabc", "alice")[0]
+    assert "Induction untested" in status
+    assert all(s.probe_induction is None and s.label != "induction" for s in session.attention.summaries)
 
 
 @pytest.mark.parametrize("text, message", [
@@ -91,7 +110,6 @@ def test_analyse_hints_at_the_induction_probe_when_nothing_repeats(ctx, handlers
     ("   ", "Text is empty"),
     ("ABC", "not in this model's vocabulary"),
     ("a", "fewer than 2 tokens"),
-    ("abcdefghijklmnopq", "17 tokens; this model's context is 16"),
 ])
 def test_analyse_rejects_bad_text_and_keeps_the_model(ctx, handlers, text, message):
     session = give_model(ctx)
@@ -101,18 +119,43 @@ def test_analyse_rejects_bad_text_and_keeps_the_model(ctx, handlers, text, messa
     assert session.model is model and session.attention is None and session.job_name is None
 
 
-def test_analyse_enforces_the_server_cap_with_a_hint(ctx, handlers):
-    give_model(ctx, block_size=32)  # the context allows it, this server (20 tokens) does not
-    with pytest.raises(gr.Error, match="at most 20.*PLAYGROUND_MAX_ATTENTION_TOKENS"):
-        handlers.analyse("a" * 25, "alice")
+def test_a_text_longer_than_the_context_is_cut_and_the_status_says_so(ctx, handlers):
+    session = give_model(ctx)
+    status, grid, *_ = handlers.analyse("abcdefghijklmnopqrstu", "alice")  # 21 tokens; context 16
+    assert "Kept the first 16 of the text's 21 tokens: this model's context is 16 tokens" in status
+    assert "**16 tokens**" in status
+    assert session.attention.ids == CharTokenizer(VOCAB).encode("abcdefghijklmnop")
+    assert len(figure_json(grid)["data"][0]["x"]) == 16
+
+
+def test_a_text_longer_than_the_server_shows_is_cut_with_a_hint(ctx, handlers):
+    session = give_model(ctx, block_size=32)  # the context allows it, this server (20 tokens) does not
+    status = handlers.analyse("a" * 25, "alice")[0]
+    assert re.search("Kept the first 20 of the text's 25 tokens: this server shows at most 20.*"
+                     "PLAYGROUND_MAX_ATTENTION_TOKENS", status)
+    assert len(session.attention.ids) == 20
+
+
+def test_every_example_analyses_on_a_short_context_model():
+    """The Shakespeare example has 60 tokens: on a model of context 32 it is cut, not refused."""
+    handlers = tab.AttentionHandlers(make_ctx())
+    tokenizer = CharTokenizer.from_text("".join(tab.EXAMPLES))
+    session = give_model(handlers.ctx, tokenizer=tokenizer, block_size=32)
+    for example in tab.EXAMPLES:
+        status = handlers.analyse(example, "alice")[0]
+        n_tokens = len(tokenizer.encode(example))
+        assert f"**{min(n_tokens, 32)} tokens**" in status
+        assert ("Kept the first 32" in status) == (n_tokens > 32)
+    assert len(tokenizer.encode(tab.EXAMPLES[0])) > 32  # the case this test is about
+    assert session.job_name is None
 
 
 def test_analyse_without_a_model_or_without_attention(ctx, handlers):
     with pytest.raises(gr.Error, match="no model yet"):
         handlers.analyse("abc", "bob")
     session = ctx.registry.get("carol")
-    session.model = GPT(stage_config("bigram", vocab_size=len(VOCAB), block_size=16, n_embd=8))
-    session.tokenizer = CharTokenizer(VOCAB)
+    bigram = GPT(stage_config("bigram", vocab_size=len(VOCAB), block_size=16, n_embd=8))
+    session.trained = TrainedModel(bigram, CharTokenizer(VOCAB), "a test corpus")
     with pytest.raises(gr.Error, match="no attention layers"):
         handlers.analyse("abc", "carol")
 
@@ -192,8 +235,7 @@ def test_last_generated_text_is_offered_and_cut_to_the_context(ctx, handlers):
 
 
 def test_last_text_of_a_bpe_model_fits_the_context(ctx, handlers):
-    session = give_model(ctx, vocab_size=GPT2Tokenizer().vocab_size)
-    session.tokenizer = GPT2Tokenizer()
+    session = give_model(ctx, tokenizer=GPT2Tokenizer())
     session.last_text = "smile 🙂🙃 " * 12  # emoji are several byte-level tokens each; the cut splits one
     text = handlers.last_text("alice")
     assert 0 < len(session.tokenizer.encode(text)) <= 16
@@ -211,8 +253,7 @@ def test_induction_probe_repeats_itself_fits_and_varies_its_length(ctx, handlers
         assert set(text) <= set(VOCAB)
         lengths.add(len(text))
     assert len(lengths) > 1  # a fixed-offset head cannot match every probe
-    status = handlers.analyse(text, "alice")[0]
-    assert "Induction is not measured" not in status
+    handlers.analyse(text, "alice")
 
 
 def test_model_changed_marks_an_analysis_stale(ctx, handlers):
@@ -220,6 +261,76 @@ def test_model_changed_marks_an_analysis_stale(ctx, handlers):
     assert handlers.model_changed("alice") == ""
     handlers.analyse("abcabc", "alice")
     assert "press **Analyse**" in handlers.model_changed("alice")
+
+
+# ---------------------------------------------------------------- the copy task: one labelling everywhere
+
+COPY_EXAMPLE = "qwhzbkad|qwhzbkad"
+STANDOUT = re.compile(r"L(\d+) H(\d+) ([a-z-]+) \((\d\.\d\d)\)")
+
+
+@pytest.fixture(scope="module")
+def copy_task():
+    """The default preset ("repeat") trained 150 of its 400 steps: its 8-back head has formed."""
+    text, tokenizer = preset_corpus("repeat")
+    config, train_config = preset_configs("repeat", tokenizer.vocab_size, max_iters=150)
+    model = GPT(config, generator=torch.Generator().manual_seed(train_config.seed))
+    trainer = Trainer(model, TokenData.from_text(text, tokenizer, config.block_size), train_config,
+                      tokenizer=tokenizer)
+    for _ in trainer.run():
+        pass
+    handlers = tab.AttentionHandlers(make_ctx())
+    session = handlers.ctx.registry.get("learner")
+    session.trained = TrainedModel(model, tokenizer, "Copy task")
+    return handlers, session
+
+
+def labels(session) -> dict[tuple[int, int], str]:
+    return {(s.layer, s.head): s.label for s in session.attention.summaries}
+
+
+def test_copy_task_headline_table_and_board_agree(copy_task):
+    handlers, session = copy_task
+    status, _, board, table, *_ = handlers.analyse(COPY_EXAMPLE, "learner")
+    rows = {(row[0], row[1]): row for row in table}
+    headline = next(line for line in status.split("\n") if line.startswith("Heads to look at first"))
+    standouts = STANDOUT.findall(headline)
+    # the head that copies looks 8 back from layer 0: by position, so not an induction head
+    assert (standouts[0][0], standouts[0][2]) == ("0", "fixed-offset")
+    for layer, head, label, score in standouts:
+        assert rows[int(layer), int(head)][2:4] == [label, score]
+    for s in session.attention.summaries:
+        name, score = board.data[0].text[s.layer][s.head].split("<br>")
+        assert name == (f"{s.offset} back" if s.label == "fixed-offset" else s.label)
+        assert score == rows[s.layer, s.head][3]
+    assert not [key for key, label in labels(session).items() if key[0] == 0 and label == "induction"]
+    # the status lists exactly the heads whose probe column passes the rule
+    probe = figures.SUMMARY_HEADERS.index("probe")
+    passing = {f"L{layer} H{head}" for (layer, head), row in rows.items() if layer > 0 and float(row[probe]) >= 0.5}
+    induction_line = status.split("\n")[-1]
+    assert set(re.findall(r"L\d+ H\d+", induction_line)) == passing
+    assert induction_line.startswith("Induction heads" if passing else "No induction head")
+
+
+def test_copy_task_probe_agrees_with_the_example(copy_task):
+    handlers, session = copy_task
+    handlers.analyse(COPY_EXAMPLE, "learner")
+    on_example = labels(session)
+    strongest = tab._standouts(session.attention)[0]
+    tokenizer = session.tokenizer
+    # the probe button's texts, and a repeat of 9, the copy task's own period: there 8 back is
+    # exactly where an induction head would look, and only the probe's verdict tells them apart
+    texts = [handlers.probe("learner") for _ in range(3)]
+    texts.append(tokenizer.decode(induction_probe(tokenizer.vocab_size, 9, seed=1)))
+    for text in texts:
+        handlers.analyse(text, "learner")
+        on_probe = labels(session)
+        assert on_probe[strongest.layer, strongest.head] == strongest.label, text
+        for key, label in on_example.items():
+            assert (label == "induction") == (on_probe[key] == "induction"), (key, text)
+    period_9 = next(s for s in session.attention.summaries if (s.layer, s.head) == (strongest.layer, strongest.head))
+    assert period_9.scores["induction"] > 0.5 and period_9.label == "fixed-offset"
+    assert "a layer-0 head cannot be one" in period_9.explanation
 
 
 # ---------------------------------------------------------------- figures: size and content
@@ -249,7 +360,7 @@ def test_every_figure_stays_under_2_mb_at_12x12x256(largest):
         assert len(fig.to_json()) < PAYLOAD_LIMIT, name
     grid = figure_json(built["grid"])
     assert len(grid["data"]) == 144
-    assert "pooled: 256 tokens in groups of 8" in grid["layout"]["title"]["text"]
+    assert "Pooled: 256 tokens in groups of 8" in grid["layout"]["title"]["subtitle"]["text"]
     assert len(grid["data"][0]["x"]) == 32
 
 
@@ -260,7 +371,7 @@ def test_grid_shows_exact_unpooled_weights_with_labels_when_small():
     first = grid.data[0]
     assert list(first.x) == ["#0 a", "#1 b", "#2 a", "#3 ␣", "#4 c"]  # repeated tokens stay distinct
     assert torch.allclose(torch.tensor(first.z), maps[0, 0], atol=1e-6)
-    assert "pooled" not in grid.layout.title.text
+    assert not grid.layout.title.subtitle.text  # nothing pooled
     assert grid.layout.coloraxis.cmin == 0 and grid.layout.coloraxis.cmax == 1  # one shared scale
 
 
@@ -278,7 +389,30 @@ def test_head_view_draws_one_legend_entry_per_head_and_weights_as_lines():
 def test_head_view_groups_keys_of_long_texts():
     weights = torch.softmax(torch.randn(3, 200), -1)
     fig = figures.head_view(weights, ["t"] * 200, 199, 0)
-    assert "keys grouped by 4" in fig.layout.title.text
+    assert "keys grouped by 4" in fig.layout.title.subtitle.text
+
+
+def test_every_table_column_has_a_width_and_all_fit_a_laptop_screen():
+    # a column without a width took whatever was left, and the explanation was cut off at 1366 px
+    assert len(figures.SUMMARY_WIDTHS) == len(figures.SUMMARY_HEADERS)
+    assert sum(figures.SUMMARY_WIDTHS) <= 1180  # the table's width in the app at 1366 px
+    for header in figures.SUMMARY_HEADERS:
+        assert f"**{header}**" in figures.SUMMARY_LEGEND or header in ("layer", "head", "label", "what it does")
+
+
+def test_figure_titles_sit_below_the_toolbar_and_the_large_view_thins_its_ticks():
+    maps = torch.softmax(torch.randn(2, 2, 40, 40), -1)
+    labels = [f"t{i}" for i in range(40)]
+    built = [figures.heatmap_grid(maps, labels), figures.head_heatmap(maps[0, 0], labels, 0, 0),
+             figures.head_view(maps[0, :, 39], labels, 39, 0),
+             figures.summary_figure(summarize_heads(maps, list(range(40))))]
+    for fig in built:
+        title = fig.layout.title
+        assert title.yref == "container" and title.pad.t >= figures.TITLE_TOP_PX
+        assert fig.layout.margin.t >= figures.TOP_MARGIN_PX
+        assert "zoomin" in fig.layout.modebar.remove  # a short toolbar leaves a phone's block label clear
+    large = built[1]
+    assert large.layout.xaxis.tickmode != "array" and large.layout.yaxis.tickmode != "array"  # plotly thins them
 
 
 def test_summary_table_and_board_show_every_head():

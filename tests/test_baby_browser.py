@@ -1,8 +1,10 @@
 """The Baby GPT tab in headless Chromium: the chain before and after training (and every frame
 between, as the page drew it), a walk, a temperature change, and a longer run caught while it
-trains. Screenshots go to tests/screenshots/ for a person to look at.
+trains; and the tab at a desktop's 1366x900 and a phone's 390x844. Screenshots go to
+tests/screenshots/ for a person to look at.
 """
 
+import itertools
 import re
 
 import pytest
@@ -40,7 +42,7 @@ def test_chain_animates_while_training_then_walks(running_app, browser, monkeypa
     chain = page.locator("#baby-chain")
     chain.locator(".gtitle").wait_for(timeout=30_000)
     assert chain_title(page).startswith("Step 0 / 50")  # the untrained default model
-    assert chain.locator(".legendtext").filter(has_text="never in the training data").count() == 1
+    assert chain.locator(".legendtext").filter(has_text="never in the data").count() == 1
     chain.screenshot(path=str(SCREENSHOTS / "baby_before.png"))
 
     # Paced to 3 s (the app's default is MIN_ANIMATION_S): the server then sends ~15 frames, and
@@ -82,4 +84,93 @@ def test_chain_animates_while_training_then_walks(running_app, browser, monkeypa
     chain.screenshot(path=str(SCREENSHOTS / "baby_during.png"))
     page.locator("#baby-status").get_by_text("Trained 50 steps").wait_for(timeout=60_000)
     assert page.locator(".toast-body.error").count() == 0
+    page.close()
+
+
+# ---------------------------------------------------------------- a desktop and a phone
+
+EDGE_LABEL = re.compile(r"^\d \(\d+%\)$")
+# Every text box of the chain plot, in page pixels: [text, left, top, right, bottom].
+TEXT_BOXES = """() => [...document.querySelectorAll('#baby-chain .textpoint text')].map(t => {
+  const r = t.getBoundingClientRect();
+  return [t.textContent, r.left, r.top, r.right, r.bottom];
+})"""
+
+
+def open_baby_tab(page) -> None:
+    """The Baby GPT tab, from the tab bar or, on a phone, from its overflow menu."""
+    page.locator("#train-button").wait_for()
+    tab = page.get_by_role("tab", name="Baby GPT")
+    if tab.count() and tab.is_visible():
+        tab.click()
+    else:
+        page.get_by_label("More tabs").click()
+        page.get_by_role("button", name="Baby GPT").click()
+
+
+def whole_page_shot(page, name: str) -> None:
+    """The whole page, shot through a viewport as tall as the page: Chromium's full-page capture
+    left the sliders and buttons under the chain unpainted at phone width."""
+    size = page.viewport_size
+    page.set_viewport_size({"width": size["width"], "height": page.evaluate("document.documentElement.scrollHeight")})
+    page.locator("#baby-walk").wait_for()
+    page.screenshot(path=str(SCREENSHOTS / name))
+    page.set_viewport_size(size)
+
+
+def overlap(a: list, b: list) -> float:
+    """The area two [text, left, top, right, bottom] boxes share, in square pixels."""
+    width = min(a[3], b[3]) - max(a[1], b[1])
+    height = min(a[4], b[4]) - max(a[2], b[2])
+    return max(width, 0) * max(height, 0)
+
+
+@pytest.mark.parametrize("width, height", [(1366, 900), (390, 844)])
+def test_chain_and_controls_read_well_on_a_desktop_and_a_phone(running_app, browser, width, height):
+    _, url = running_app
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(90_000)
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(url, wait_until="domcontentloaded")
+    open_baby_tab(page)
+    chain = page.locator("#baby-chain")
+    chain.locator(".gtitle").wait_for()
+
+    # V's three choices on one line (at 1366 px its "4" used to wrap onto a line of its own)
+    choices = page.locator("#baby-vocab label")
+    assert choices.count() == 3
+    tops = {round(choices.nth(i).bounding_box()["y"]) for i in range(3)}
+    assert len(tops) == 1, tops
+
+    page.locator("#baby-train").click()
+    page.locator("#baby-status").get_by_text("Trained 50 steps").wait_for()
+    page.wait_for_function("/Step 50 \\/ 50/.test(document.querySelector('#baby-chain .gtitle').textContent)")
+    plot = chain.locator(".main-svg").first.bounding_box()
+    assert plot["x"] >= 0 and plot["x"] + plot["width"] <= width  # the chain fits the screen
+
+    # the graph is as wide as the plot allows, and its edge labels do not pile up
+    boxes = page.evaluate(TEXT_BOXES)
+    states = [box for box in boxes if re.fullmatch(r"[01]{3}", box[0])]
+    labels = [box for box in boxes if EDGE_LABEL.match(box[0])]
+    assert len(states) == 8 and len(labels) == 16
+    span = max(box[3] for box in states) - min(box[1] for box in states)
+    assert span >= 0.5 * plot["width"] if width < 600 else span >= 280, span
+    for a, b in itertools.combinations(labels, 2):
+        assert overlap(a, b) <= 0.1 * (a[3] - a[1]) * (a[4] - a[2]), (a, b)  # at most a sliver
+    chain.screenshot(path=str(SCREENSHOTS / f"baby_chain_{width}.png"))
+    whole_page_shot(page, f"baby_tab_{width}.png")
+
+    # a colder chain says so in its title
+    number = page.locator("#baby-temperature input[type=number]")
+    number.fill("0.3")
+    number.press("Enter")
+    page.locator("#baby-status").get_by_text("temperature 0.3").wait_for()
+    page.wait_for_function("/temperature 0\\.3$/.test(document.querySelector('#baby-chain .gtitle').textContent)")
+    title = chain_title(page)
+    assert title.startswith("Step 50 / 50 · loss ") and title.endswith(" · temperature 0.3")
+    title_box = chain.locator(".gtitle").first.bounding_box()
+    assert title_box["x"] + title_box["width"] <= plot["x"] + plot["width"]  # the whole title shows
+    chain.screenshot(path=str(SCREENSHOTS / f"baby_chain_cold_{width}.png"))
+    assert page.locator(".toast-body.error").count() == 0 and not errors, errors
     page.close()

@@ -1,5 +1,6 @@
 """The Baby GPT tab: its figures, its handlers as plain functions, and its API on a running app."""
 
+import itertools
 import json
 import math
 
@@ -8,7 +9,7 @@ import pytest
 
 from core.babygpt import EXAMPLE_SEQUENCE, BabyConfig, BabyRun, analyse_chain, transition_graph
 from playground.context import AppContext
-from playground.figures.baby import chain_figure, comparison_figure
+from playground.figures.baby import ARROW_ROOM, AXIS_LIMIT, LABEL_SIZE, chain_figure, comparison_figure
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
 from playground.tabs import baby as tab
@@ -58,27 +59,110 @@ def named(fig, name: str) -> dict:
     return next(t for t in figure_json(fig)["data"] if t.get("name", "").startswith(name))
 
 
-# ---------------------------------------------------------------- figures
+def state_kinds(fig) -> dict[str, str]:
+    """Each state's name -> the legend group of its circle (a shape): 'in the data' or 'never ...'."""
+    names = named(fig, "states")["text"]
+    circles = [shape for shape in figure_json(fig)["layout"]["shapes"] if shape.get("legendgroup")]
+    return dict(zip(names, (circle["legendgroup"] for circle in circles), strict=True))
 
+
+def edge_labels(fig) -> dict:
+    """The trace of edge labels `token (p%)`."""
+    (labels,) = [t for t in figure_json(fig)["data"] if t.get("mode") == "text" and t.get("name") != "states"]
+    return labels
+
+
+def chain_of(V: int, L: int, steps: int = 2, temperature: float = 1.0):
+    """(run, graph, analysis) of a briefly trained chain with V tokens and context L."""
+    run = trained_run(vocab_size=V, context_length=L, sequence="012" * 5 if V == 3 else "0110101", steps=steps)
+    probs = run.snapshots[-1].probs(temperature)
+    return run, transition_graph(run.space, probs), analyse_chain(run.space, probs, run.counts)
+
+
+# ---------------------------------------------------------------- figures
 
 @pytest.mark.parametrize("V, L", [(2, 3), (3, 2), (2, 5), (3, 4)])
 def test_chain_figure_draws_every_edge_and_marks_unseen_states(V, L):
-    run = trained_run(vocab_size=V, context_length=L, sequence="012" * 5 if V == 3 else "0110101", steps=2)
-    probs = run.snapshots[-1].probs()
-    analysis = analyse_chain(run.space, probs, run.counts)
-    graph = transition_graph(run.space, probs)
+    run, graph, analysis = chain_of(V, L)
     fig = chain_figure(graph, unseen=analysis.unseen, title="t")
     assert arrowheads(fig) == pytest.approx([e.probability for e in graph.edges])
-    never = named(fig, "never in the training data")
-    assert sorted(never["text"]) == sorted(run.space.labels()[s] for s in analysis.unseen)
-    seen = named(fig, "state in the training data")
-    assert len(seen["text"]) + len(never["text"]) == V**L
-    (labels,) = [t for t in figure_json(fig)["data"] if t.get("mode") == "text"]
-    if V**L <= 16:  # every edge labelled `token (p%)`
+    kinds = state_kinds(fig)
+    assert sorted(s for s, kind in kinds.items() if kind == "never in the data") == sorted(
+        run.space.labels()[s] for s in analysis.unseen)
+    assert len(kinds) == V**L
+    legend = [shape["name"] for shape in figure_json(fig)["layout"]["shapes"] if shape.get("showlegend")]
+    assert sorted(legend) == sorted({*kinds.values()})  # one legend entry per kind of state
+    labels = edge_labels(fig)
+    if V**L <= 8:  # every edge labelled `token (p%)`
         assert len(labels["text"]) == V**L * V
         first = graph.edges[0]
         assert labels["text"][0] == f"{graph.token_labels[first.token]} ({first.probability:.0%})"
     assert len(fig.to_json()) < FRAME_LIMIT_BYTES
+
+
+@pytest.mark.parametrize("V, L, labelled", [
+    (2, 3, "every edge"), (3, 2, "likeliest per state"), (2, 4, "likeliest per state"), (3, 3, "confident"),
+    (3, 4, "none"),
+])
+def test_crowded_chains_label_fewer_edges(V, L, labelled):
+    _, graph, _ = chain_of(V, L, steps=20, temperature=0.1)  # cold, so the big chains have confident edges
+    if labelled in ("confident", "none"):
+        assert any(e.probability >= 0.8 for e in graph.edges)
+    texts = edge_labels(chain_figure(graph))["text"]
+    expected = {
+        "every edge": graph.edges,
+        "likeliest per state": [max(graph.edges[s * V:(s + 1) * V], key=lambda e: e.probability)
+                                for s in range(V**L)],
+        "confident": [e for e in graph.edges if e.probability >= 0.8],
+        "none": [],
+    }[labelled]
+    assert sorted(texts) == sorted(f"{graph.token_labels[e.token]} ({e.probability:.0%})" for e in expected)
+
+
+@pytest.mark.parametrize("V, L, steps", [(2, 3, 0), (2, 3, 50), (3, 2, 20), (2, 4, 20), (4, 1, 5)])
+def test_chain_labels_never_pile_up(V, L, steps):
+    """Labels are placed apart in data units, so they stay apart at every width: no two of them
+    closer than most of a label's size on a phone (the tester saw them piled in the middle)."""
+    sequence = {2: EXAMPLE_SEQUENCE, 3: "0120120210", 4: "0123012301"}[V]
+    run = trained_run(vocab_size=V, context_length=L, sequence=sequence, steps=max(steps, 1))
+    fig = chain_figure(transition_graph(run.space, run.snapshot(steps).probs()))
+    points = list(zip(edge_labels(fig)["x"], edge_labels(fig)["y"]))
+    width, height = LABEL_SIZE
+    for x, y in points:  # none cut off at the plot's edge (a self-loop's label at the top once was)
+        assert abs(x) + width / 2 <= AXIS_LIMIT and abs(y) + height / 2 <= AXIS_LIMIT
+    for (xa, ya), (xb, yb) in itertools.combinations(points, 2):
+        assert max(abs(xa - xb) / width, abs(ya - yb) / height) >= 0.85, ((xa, ya), (xb, yb))
+
+
+@pytest.mark.parametrize("V, L", [(2, 3), (2, 4), (3, 4)])
+def test_chain_geometry_scales_with_the_plot(V, L):
+    """States are circles in data units on a square graph, so the figure reads the same on a phone
+    as on a desktop: every edge ends just outside its target's circle, never under it."""
+    _, graph, _ = chain_of(V, L)
+    data = figure_json(chain_figure(graph))
+    layout = data["layout"]
+    assert layout["yaxis"]["scaleanchor"] == "x" and layout["xaxis"]["constrain"] == "domain"
+    circles = [shape for shape in layout["shapes"] if shape.get("legendgroup")]
+    assert len(circles) == V**L and all(c["type"] == "circle" and c["xref"] == "x" for c in circles)
+    radius = (circles[0]["x1"] - circles[0]["x0"]) / 2
+    centres = [((c["x0"] + c["x1"]) / 2, (c["y0"] + c["y1"]) / 2) for c in circles]
+    (arrows,) = [t for t in data["data"] if t.get("marker", {}).get("symbol") == "arrow"]
+    for edge, x, y in zip(graph.edges, arrows["x"], arrows["y"]):
+        distance = math.dist((x, y), centres[edge.target])
+        if edge.source != edge.target:
+            # (the edges between close neighbours of a crowded ring keep 40% of their length, still outside)
+            gap = min(radius + ARROW_ROOM, 0.4 * math.dist(centres[edge.source], centres[edge.target]))
+            assert radius < distance == pytest.approx(gap, abs=0.005)
+    # nothing beside the graph, where a phone has no room: the legend is a row, the colour bar
+    # sits inside the plot, in the corner the circle leaves free
+    assert layout["legend"]["orientation"] == "h"
+    colorbar = arrows["marker"]["colorbar"]
+    assert colorbar["x"] == 1 and colorbar["xanchor"] == "right" and colorbar["lenmode"] == "pixels"
+
+
+def test_bigger_chains_get_taller_figures():
+    heights = [chain_figure(chain_of(V, L)[1]).layout.height for V, L in [(2, 2), (2, 4), (2, 5), (3, 4)]]
+    assert heights == sorted(heights) and heights[0] < heights[-1]
 
 
 def test_chain_figure_highlights_a_walk():
@@ -86,7 +170,16 @@ def test_chain_figure_highlights_a_walk():
     graph = transition_graph(run.space, run.snapshots[-1].probs())
     fig = chain_figure(graph, walk=[7, 7, 6, 5, 3])
     assert named(fig, "walk: 4 steps")["line"]["width"] > 6
-    assert "walk starts at 111" in json.dumps(figure_json(fig))
+    hover = named(fig, "states")["hovertext"]
+    assert "the walk starts here" in hover[7] and "the walk ends here" in hover[3]
+    rings = [shape for shape in figure_json(fig)["layout"]["shapes"] if not shape.get("legendgroup")]
+    assert len(rings) == 2  # around the walk's first and last states
+
+
+def test_chain_title_shows_the_temperature_when_it_is_not_1():
+    snapshot = trained_run(steps=3).snapshot(3)
+    assert tab.chain_title(snapshot, 3, 1.0) == f"Step 3 / 3 · loss {snapshot.loss:.3f}"
+    assert tab.chain_title(snapshot, 3, 0.3) == f"Step 3 / 3 · loss {snapshot.loss:.3f} · temperature 0.3"
 
 
 def test_comparison_boxes_the_states_that_disagree_most():
@@ -142,6 +235,10 @@ def test_scrub_and_temperature_redraw_from_snapshots(handlers, ctx, fast):
     cold = handlers.temperature(8, 0.2, "carol")[0]
     assert arrowheads(cold) == pytest.approx(run.snapshot(8).probs(0.2).flatten().tolist())
     assert max(arrowheads(cold)) > max(arrowheads(chain))
+    assert figure_json(chain)["layout"]["title"]["text"] == f"Step 3 / 8 · loss {run.snapshot(3).loss:.3f}"
+    assert figure_json(cold)["layout"]["title"]["text"].endswith(" · temperature 0.2")
+    walked = handlers.walk("", 5, 0, 8, 2.5, "carol")[0]
+    assert figure_json(walked)["layout"]["title"]["text"].endswith(" · temperature 2.5")
 
 
 def test_walk_is_seeded_drawn_and_cleared_by_scrubbing(handlers, ctx, fast):

@@ -69,6 +69,8 @@ def test_resume_goes_on_exactly_where_the_run_stopped(tmp_path):
     resumed = run_cli("train", "--resume", str(tmp_path / "split"), "--max-iters", "8", "--threads", "1")
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming at step 4" in resumed.stderr and "8/8" in resumed.stderr
+    # the summary counts the steps this run made, not the checkpoint's total
+    assert "4 steps (4 -> 8) in" in resumed.stderr and "8 steps" not in resumed.stderr
 
     (whole_model, _, whole_meta), (split_model, _, split_meta) = load(tmp_path / "whole"), load(tmp_path / "split")
     assert split_meta["step"] == 8 and split_meta["val_loss"] == whole_meta["val_loss"]

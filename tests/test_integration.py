@@ -76,7 +76,7 @@ def test_generate_streams_and_tokens_can_be_inspected(trained):
     job = trained.submit("abc", 40, 0.8, 0, 1.0, 5, api_name="/generate")
     tokens, text, status = job.result(timeout=60)
     assert text.startswith("abc") and len(tokens) == 41 and status.startswith("40 tokens")
-    assert all(0 < t["class_or_confidence"] <= 1 for t in tokens[1:])
+    assert all(isinstance(t["class_or_confidence"], str) for t in tokens[1:])  # a probability band's name
     figure, info = trained.predict(2, api_name="/inspect_token")
     assert info.startswith("Token 2") and figure is not None
 
@@ -88,8 +88,8 @@ def test_attention_shows_every_head(trained):
 
 def test_a_second_session_cannot_see_the_first_ones_model(url, trained):
     other = new_client(url)
-    with pytest.raises(AppError, match="no model yet"):
-        other.predict("abc", 10, 1.0, 0, 1.0, None, api_name="/generate")
+    tokens, text, status = other.predict("abc", 10, 1.0, 0, 1.0, None, api_name="/generate")
+    assert "no model yet" in status
 
 
 def test_upload_a_text_corpus_and_a_checkpoint(url, registry, trained, tmp_path):
@@ -137,10 +137,9 @@ def test_bad_training_input_through_the_api(url, changes, message):
 
 
 def test_bad_generation_input_through_the_api(trained):
-    with pytest.raises(AppError, match="17 tokens long; this model's context is 16"):
-        trained.predict("abcdefghijklmnopq", 10, 1.0, 0, 1.0, None, api_name="/generate")
-    with pytest.raises(AppError, match="not in this model's vocabulary"):
-        trained.predict("ABC", 10, 1.0, 0, 1.0, None, api_name="/generate")
+    # A prompt the model cannot take is answered in the status; the last output stays.
+    assert "17 tokens long" in trained.predict("abcdefghijklmnopq", 10, 1.0, 0, 1.0, None, api_name="/generate")[2]
+    assert "not in this model's vocabulary" in trained.predict("ABC", 10, 1.0, 0, 1.0, None, api_name="/generate")[2]
     with pytest.raises(AppError, match="Top-p must be at least 0.01"):
         trained.predict("abc", 10, 1.0, 0, -1.0, None, api_name="/generate")
 

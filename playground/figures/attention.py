@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.colors import qualitative
 
-from core.attention import PATTERNS, HeadSummary, pool_attention, pool_keys
+from core.attention import STRONG_PATTERN, HeadSummary, pool_attention, pool_keys
 
 COLORSCALE = "Blues"
 HEAD_COLORS = qualitative.Dark24
@@ -25,6 +25,11 @@ JSON_PER_HEAD = 1_200  # each subplot's axes, title, token labels and hover temp
 LARGE_MAX_TOKENS = 256  # the single-head view pools only beyond this
 HEAD_VIEW_MAX_ROWS = 64  # token rows in the head view before keys are grouped
 TICK_LABELS_MAX = 48  # more tokens than this on an axis and tick labels become unreadable
+# Gradio draws the block label over a figure's top left and plotly its toolbar over the top
+# right: titles start below both, and the top margin makes room for a title and a subtitle.
+TITLE_TOP_PX = 42
+TOP_MARGIN_PX = 104
+TOOLBAR_REMOVED = ["zoom", "pan", "select", "lasso", "zoomin", "zoomout", "autoscale", "resetscale"]
 LABEL_COLORS = {
     "previous-token": "#1f77b4", "first-token": "#7f7f7f", "self": "#2ca02c", "fixed-offset": "#9467bd",
     "induction": "#d62728", "mirror": "#ff7f0e", "uniform": "#bcbd22", "mixed": "#e7e7e7",
@@ -46,7 +51,7 @@ def axis_labels(labels: list[str], spans: list[tuple[int, int]]) -> list[str]:
 
 def _pooling_note(spans: list[tuple[int, int]], n_tokens: int) -> str:
     size = spans[0][1] - spans[0][0]
-    return "" if size == 1 else f" (pooled: {n_tokens} tokens in groups of {size}; rows still sum to 1)"
+    return "" if size == 1 else f"Pooled: {n_tokens} tokens in groups of {size}; rows still sum to 1"
 
 
 def _hover(layer: int, head: int, pooled: bool) -> str:
@@ -54,11 +59,22 @@ def _hover(layer: int, head: int, pooled: bool) -> str:
     return f"layer {layer} head {head}<br>query %{{y}}<br>key %{{x}}<br>{what} %{{z:.4f}}<extra></extra>"
 
 
+def _top(title: str, note: str = "") -> dict:
+    """Layout for a figure's top: its title below the block label and the toolbar, `note` (if any)
+    as a smaller second line, and a toolbar short enough to leave a phone's block label clear
+    (dragging still zooms, a double click resets)."""
+    return dict(
+        title=dict(text=title, subtitle=dict(text=note, font=dict(size=11)), font=dict(size=15), x=0,
+                   xref="paper", xanchor="left", y=1, yref="container", yanchor="top", pad=dict(t=TITLE_TOP_PX)),
+        modebar=dict(remove=TOOLBAR_REMOVED),
+    )
+
+
 def heatmap_grid(maps: torch.Tensor, labels: list[str], *, json_budget: int = GRID_JSON_BUDGET,
                  title: str = "Attention of every head") -> go.Figure:
     """Every layer (rows) x head (columns) of maps (L, H, T, T) as heatmaps on one colour scale.
 
-    Maps are block-pooled to the largest size whose JSON fits `json_budget` (the title says so).
+    Maps are block-pooled to the largest size whose JSON fits `json_budget` (the subtitle says so).
     """
     n_layer, n_head, n_tokens, _ = maps.shape
     n_heads = n_layer * n_head
@@ -80,6 +96,8 @@ def heatmap_grid(maps: torch.Tensor, labels: list[str], *, json_budget: int = GR
             layout[f"xaxis{n}"] = dict(
                 domain=[x0, x0 + 0.92 / n_head], anchor=f"y{n}", type="category", ticks="",
                 showticklabels=show_ticks and layer == n_layer - 1, tickangle=-90,
+                # on a narrow screen the edge labels of side-by-side heads would run into each other
+                ticklabeloverflow="hide past domain",
             )
             layout[f"yaxis{n}"] = dict(
                 domain=[y1 - 0.85 / n_layer, y1 - 0.07 / n_layer], anchor=f"x{n}", type="category",
@@ -89,9 +107,10 @@ def heatmap_grid(maps: torch.Tensor, labels: list[str], *, json_budget: int = GR
                                xanchor="center", yanchor="top", showarrow=False, font=dict(size=10)))
     cell_px = max(70, min(220, 960 // n_head))
     return go.Figure(data=data, layout=dict(
-        layout, annotations=titles, title=title + _pooling_note(spans, n_tokens),
+        layout, annotations=titles, **_top(title, _pooling_note(spans, n_tokens)),
         coloraxis=dict(colorscale=COLORSCALE, cmin=0, cmax=1, colorbar=dict(title="weight", thickness=12)),
-        height=n_layer * cell_px + 140, margin=dict(l=50, r=20, t=80, b=40), plot_bgcolor="white",
+        height=n_layer * cell_px + TOP_MARGIN_PX + 60, margin=dict(l=50, r=20, t=TOP_MARGIN_PX, b=40),
+        plot_bgcolor="white",
     ))
 
 
@@ -101,17 +120,20 @@ def live_heatmap(maps: torch.Tensor, labels: list[str]) -> go.Figure:
         maps = maps[None]
     # refreshed a few times a second while training: a small budget keeps each update light
     fig = heatmap_grid(maps, labels, json_budget=150_000, title="Attention on the probe prompt")
-    fig.update_layout(height=min(fig.layout.height, 120 * maps.size(0) + 120), margin=dict(t=60))
+    fig.update_layout(height=min(fig.layout.height, 120 * maps.size(0) + TOP_MARGIN_PX + 60))
     return fig
 
 
 def head_heatmap(weights: torch.Tensor, labels: list[str], layer: int, head: int) -> go.Figure:
-    """One head's map (T, T) large, with token labels on both axes."""
+    """One head's map (T, T) large, with token labels on both axes.
+
+    Plotly thins the tick labels to what fits the drawn width, so they never overlap on a phone;
+    hover shows every cell's tokens.
+    """
     n_tokens = weights.size(-1)
     pooled, spans = pool_attention(weights, LARGE_MAX_TOKENS)
     names = axis_labels(labels, spans)
-    ticks = dict(type="category", tickmode="array", tickvals=names, ticktext=[n.split(" ", 1)[1] for n in names],
-                 showticklabels=len(names) <= 2 * TICK_LABELS_MAX, tickfont=dict(size=10))
+    ticks = dict(type="category", tickfont=dict(size=10))
     fig = go.Figure(go.Heatmap(
         z=pooled.numpy().astype(np.float32), x=names, y=names, colorscale=COLORSCALE, zmin=0, zmax=1,
         colorbar=dict(title="weight", thickness=12), hovertemplate=_hover(layer, head, len(spans) < n_tokens),
@@ -119,8 +141,8 @@ def head_heatmap(weights: torch.Tensor, labels: list[str], layer: int, head: int
     fig.update_xaxes(title="key (attended to)", tickangle=-90, **ticks)
     fig.update_yaxes(title="query (looking)", autorange="reversed", **ticks)
     fig.update_layout(
-        title=f"Layer {layer}, head {head}" + _pooling_note(spans, n_tokens),
-        height=640, margin=dict(l=70, r=20, t=60, b=70), plot_bgcolor="white",
+        **_top(f"Layer {layer}, head {head}", _pooling_note(spans, n_tokens)),
+        height=640, margin=dict(l=70, r=20, t=TOP_MARGIN_PX, b=70), plot_bgcolor="white",
     )
     return fig
 
@@ -155,14 +177,17 @@ def head_view(weights: torch.Tensor, labels: list[str], query_index: int, layer:
             textfont=dict(size=11, color=["#d62728" if (side == "query" and r == query_row) else
                                           ("#bbbbbb" if r > query_row else "#222222") for r in range(rows)]),
         ))
-    title = f"Layer {layer}: where token {names[query_row]} looks"
+    note = "Click a head in the legend to hide it"
     if rows < n_tokens:
-        title += f" (keys grouped by {spans[0][1] - spans[0][0]}; a group's weight is their sum)"
+        note += f"; keys grouped by {spans[0][1] - spans[0][0]}, a group's weight is their sum"
     fig.update_xaxes(visible=False, range=[-0.6, 1.6])
     fig.update_yaxes(visible=False, autorange="reversed")
     fig.update_layout(
-        title=title, height=max(320, 18 * rows + 120), margin=dict(l=10, r=10, t=60, b=10),
-        plot_bgcolor="white", legend=dict(title="head (click to hide)"),
+        **_top(f"Layer {layer}: where {names[query_row]} looks", note),
+        height=max(320, 18 * rows + TOP_MARGIN_PX + 70), margin=dict(l=10, r=10, t=TOP_MARGIN_PX, b=10),
+        plot_bgcolor="white",
+        # below the tokens, across: a legend at the side would squeeze the two columns on a phone
+        legend=dict(orientation="h", y=0, yanchor="top"),
     )
     return fig
 
@@ -192,18 +217,35 @@ def _add_head_lines(fig: go.Figure, weights: list[float], query_row: int, head: 
                                  name=f"head {head}", legendgroup=f"head {head}"))
 
 
-SUMMARY_HEADERS = ["layer", "head", "label", "score", "entropy (bits)", "entropy / max",
-                   *PATTERNS, "what it does"]
+# The per-head table: short headers that fit their columns whole (SUMMARY_LEGEND explains them),
+# the explanation early so a learner reads it before the numbers, and widths in pixels.
+# 1170 px in all: every column shows at 1366 px; on a phone the explanation fits the screen once scrolled to.
+SUMMARY_COLUMNS = [
+    ("layer", 60), ("head", 54), ("label", 130), ("score", 60), ("what it does", 290), ("bits", 54),
+    ("spread", 68), ("prev", 54), ("first", 60), ("self", 52), ("offset", 68), ("induction", 92),
+    ("probe", 60), ("mirror", 68),
+]
+SUMMARY_HEADERS = [name for name, _ in SUMMARY_COLUMNS]
+SUMMARY_WIDTHS = [width for _, width in SUMMARY_COLUMNS]
+SUMMARY_PATTERNS = ["previous-token", "first-token", "self", "fixed-offset", "induction"]  # prev .. induction
+SUMMARY_LEGEND = (
+    "**score**: how strongly the head shows its label, 0 to 1. **bits**: the entropy of a token's attention, "
+    "averaged; **spread**: that entropy over its maximum (1 = spread evenly). **prev** (previous-token), "
+    "**first** (first-token), **self**, **offset** (fixed-offset), **induction** and **mirror**: how well "
+    "the head follows each pattern on this text, corrected for chance (0 = no more than even attention, "
+    "1 = all of it; - = this text cannot show it). **probe**: its induction score on random tokens written "
+    f"twice, at two lengths; a head past layer 0 with {STRONG_PATTERN:g} or more there is an induction head."
+)
 
 
 def summary_table(summaries: list[HeadSummary]) -> list[list]:
-    """Rows for a table with SUMMARY_HEADERS; an unmeasurable pattern shows as '-'."""
+    """Rows for a table with SUMMARY_HEADERS; an unmeasurable score shows as '-'."""
     def fmt(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
 
     return [
-        [s.layer, s.head, s.label, fmt(s.score), fmt(s.entropy), fmt(s.normalized_entropy),
-         *(fmt(s.scores[name]) for name in PATTERNS), s.explanation]
+        [s.layer, s.head, s.label, fmt(s.score), s.explanation, fmt(s.entropy), fmt(s.normalized_entropy),
+         *(fmt(s.scores[name]) for name in SUMMARY_PATTERNS), fmt(s.probe_induction), fmt(s.scores["mirror"])]
         for s in summaries
     ]
 
@@ -237,8 +279,8 @@ def summary_figure(summaries: list[HeadSummary]) -> go.Figure:
     fig.update_xaxes(side="top", type="category")
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_layout(
-        title="What each head does (hover for an explanation)", height=max(260, 48 * n_layer + 140),
-        margin=dict(l=50, r=20, t=90, b=20), plot_bgcolor="white", legend=dict(orientation="h", y=-0.05),
+        **_top("Hover a head for its explanation"), height=max(300, 48 * n_layer + TOP_MARGIN_PX + 130),
+        margin=dict(l=50, r=20, t=TOP_MARGIN_PX, b=20), plot_bgcolor="white", legend=dict(orientation="h", y=-0.05),
     )
     return fig
 

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 import gradio as gr
 import torch
 
-from core.attention import HeadSummary, attention_maps, head_view, induction_probe, summarize_heads
+from core.attention import (
+    PROBE_HALF_MAX, PROBE_HALF_MIN, HeadSummary, attention_maps, head_view, induction_probe, probe_induction,
+    summarize_heads,
+)
 from core.model import GPT
 from core.tokenizers import Tokenizer, token_labels
 from playground import validate
@@ -23,12 +26,11 @@ from playground.sessions import Session
 
 EXAMPLES = [
     "First Citizen:\nBefore we proceed any further, hear me speak.",
-    "qwhzbkad|qwhzbkad",  # the copy task: the second half needs an induction head
+    "qwhzbkad|qwhzbkad",  # the copy task: the second half looks back 8, by content or by position
     "abcdefgh>hgfedcba",
     "38152706=01235678",
     "111101111011110",
 ]
-PROBE_HALF_MAX = 40  # tokens in each half of the induction probe
 
 
 @dataclass(frozen=True)
@@ -51,43 +53,49 @@ class AttentionHandlers:
         self.ctx = ctx
 
     def analyse(self, text: str, request: gr.Request):
-        """Run the model on `text`: status, grid, summary figure and table, pickers, large view, head view."""
+        """Run the model on `text`: status, grid, summary figure and table, pickers, large view, head view.
+
+        A text longer than the model (or this server) can take is cut to its first tokens and
+        the status says so: a built-in example must not fail on a short-context model.
+        """
         settings = self.ctx.settings
         text = validate.text(text, "Text", settings.max_prompt_chars, cap=settings.cap_hint("max_prompt_chars"))
         with self.ctx.registry.job(request, "attention") as session:
             model, tokenizer = _trained(session)
             with validate.user_errors():
-                ids = tokenizer.encode(text)
-            self._check_length(len(ids), model.config.block_size)
+                all_ids = tokenizer.encode(text)
+            if len(all_ids) < 2:
+                raise gr.Error("The text has fewer than 2 tokens; attention needs at least 2 to choose between.")
+            ids = all_ids[:self._token_limit(model)]
             with validate.user_errors():
                 maps = attention_maps(model, ids)  # (L, H, T, T)
-                analysis = Analysis(ids, token_labels(tokenizer, ids), maps.half(), summarize_heads(maps, ids))
+                summaries = summarize_heads(maps, ids, probe_induction(model))
+            analysis = Analysis(ids, token_labels(tokenizer, ids), maps.half(), summaries)
             session.attention = analysis
-        return self._render(analysis)
+        return self._render(analysis, self._cut_note(len(all_ids), len(ids), model.config.block_size))
 
-    def _check_length(self, n_tokens: int, block_size: int) -> None:
-        settings = self.ctx.settings
-        if n_tokens < 2:
-            raise gr.Error("The text has fewer than 2 tokens; attention needs at least 2 to choose between.")
-        if n_tokens > block_size:
-            raise gr.Error(
-                f"The text has {n_tokens} tokens; this model's context is {block_size} tokens. "
-                "Shorten the text (the model cannot attend further back than its context)."
-            )
-        if n_tokens > settings.max_attention_tokens:
-            raise gr.Error(
-                f"The text has {n_tokens} tokens; this server shows at most {settings.max_attention_tokens}. "
-                + settings.cap_hint("max_attention_tokens")
-            )
+    def _token_limit(self, model: GPT) -> int:
+        """The most tokens an analysis takes: the model's context, and this server's cap."""
+        return min(model.config.block_size, self.ctx.settings.max_attention_tokens)
 
-    def _render(self, analysis: Analysis):
+    def _cut_note(self, n_tokens: int, kept: int, block_size: int) -> str:
+        """Why a text was cut, for the status; empty when it was not."""
+        if kept == n_tokens:
+            return ""
+        if kept == block_size:
+            why = f"this model's context is {kept} tokens, as far back as it can attend."
+        else:
+            why = f"this server shows at most {kept}. {self.ctx.settings.cap_hint('max_attention_tokens')}"
+        return f"Kept the first {kept} of the text's {n_tokens} tokens: {why}"
+
+    def _render(self, analysis: Analysis, cut_note: str):
         maps = analysis.weights()
         n_layer, n_head, n_tokens, _ = maps.shape
         query = n_tokens - 1  # the last token: the one whose next token the model predicts
         standouts = _standouts(analysis)  # open the most distinctive head, not an arbitrary first one
         layer, head = (standouts[0].layer, standouts[0].head) if standouts else (0, 0)
         return (
-            _status(analysis),
+            _status(analysis, cut_note),
             figures.heatmap_grid(maps, analysis.labels),
             figures.summary_figure(analysis.summaries),
             figures.summary_table(analysis.summaries),
@@ -126,7 +134,7 @@ class AttentionHandlers:
         if not session.last_text:
             raise gr.Error("Nothing generated yet: generate some text on the Generate tab first.")
         model, tokenizer = _trained(session)
-        limit = min(model.config.block_size, self.ctx.settings.max_attention_tokens)
+        limit = self._token_limit(model)
         with validate.user_errors():
             ids = tokenizer.encode(session.last_text)
         if len(ids) <= limit:
@@ -138,10 +146,9 @@ class AttentionHandlers:
         """A fresh repeated random-token text, the standard test for induction heads."""
         session = self.ctx.registry.get(request)
         model, tokenizer = _trained(session)
-        limit = min(model.config.block_size, self.ctx.settings.max_attention_tokens)
         # a random length too: a head that looks back a fixed distance matches only one of them
-        longest = max(3, min(limit // 2, PROBE_HALF_MAX))  # 3: the shortest half where induction shows
-        half = int(torch.randint(max(3, longest // 2), longest + 1, (1,), generator=session.generator))
+        longest = max(PROBE_HALF_MIN, min(self._token_limit(model) // 2, PROBE_HALF_MAX))
+        half = int(torch.randint(max(PROBE_HALF_MIN, longest // 2), longest + 1, (1,), generator=session.generator))
         seed = int(torch.randint(2**31, (1,), generator=session.generator))
         ids = induction_probe(model.config.vocab_size, half, seed=seed)
         return tokenizer.decode(ids)
@@ -176,18 +183,34 @@ def _standouts(analysis: Analysis) -> list[HeadSummary]:
     return sorted(named, key=lambda s: s.score, reverse=True)[:4]
 
 
-def _status(analysis: Analysis) -> str:
-    """What was analysed and which heads stand out, so a learner knows where to look first."""
+def _status(analysis: Analysis, cut_note: str) -> str:
+    """What was analysed and which heads stand out, so a learner knows where to look first.
+
+    Every label here is a summary's label, the same the board and the table show.
+    """
     n_layer, n_head, n_tokens, _ = analysis.maps.shape
     lines = [f"**{n_tokens} tokens**, {n_layer} layer(s) x {n_head} head(s)."]
+    if cut_note:
+        lines.append(cut_note)
     standouts = _standouts(analysis)
     if standouts:
         lines.append("Heads to look at first (the strongest is open below): " + ", ".join(
             f"L{s.layer} H{s.head} {s.label} ({s.score:.2f})" for s in standouts) + ".")
-    if analysis.summaries[0].scores["induction"] is None:
-        lines.append("Induction is not measured here: no token repeats. Try **Induction probe** "
-                     "(random tokens written twice).")
+    lines.append(_induction_line(analysis.summaries))
     return "  \n".join(lines)
+
+
+def _induction_line(summaries: list[HeadSummary]) -> str:
+    """Which heads are induction heads: the verdict of the probe, whatever this text shows."""
+    if summaries[0].probe_induction is None:
+        return "Induction untested: this model's context is too short for the probe (random tokens written twice)."
+    found = [s for s in summaries if s.induction_head]
+    watch = "**Induction probe** writes such a text to watch"
+    if found:
+        heads = ", ".join(f"L{s.layer} H{s.head} ({s.probe_induction:.2f})" for s in found)
+        return f"Induction heads, by the probe (random tokens written twice; {watch}): {heads}."
+    return (f"No induction head: no head past layer 0 follows the repeats in random tokens written twice "
+            f"({watch}; the table's **probe** column has each head's score).")
 
 
 def build(ctx: AppContext) -> None:
@@ -206,7 +229,8 @@ def build(ctx: AppContext) -> None:
             analyse = gr.Button("Analyse", variant="primary", elem_id="attention-run")
             last = gr.Button("Use last generated text", size="sm")
             probe = gr.Button("Induction probe", size="sm")
-    gr.Examples(EXAMPLES, inputs=text, label="Examples (each needs a model whose vocabulary has its characters)")
+    gr.Examples(EXAMPLES, inputs=text, label="Examples (each needs a model whose vocabulary has its characters; "
+                "one longer than the model's context is cut to fit)")
     status = gr.Markdown(elem_id="attention-status")
     summary_plot = gr.Plot(label="What each head does", elem_id="attention-summary")
     grid = gr.Plot(label="Every layer x head", elem_id="attention-grid")
@@ -216,10 +240,11 @@ def build(ctx: AppContext) -> None:
         query = gr.Dropdown(label="Query token (head view)", choices=[("#0", 0)], value=0, scale=2)
     with gr.Row():
         large = gr.Plot(label="One head, large", elem_id="attention-large")
-        view = gr.Plot(label="Head view: where the query token looks", elem_id="attention-view")
+        view = gr.Plot(label="Head view: where a token looks", elem_id="attention-view")
     with gr.Accordion("Per-head table (click a row to open that head)", open=False):
+        gr.Markdown(figures.SUMMARY_LEGEND, elem_id="attention-table-legend")
         table = gr.Dataframe(headers=figures.SUMMARY_HEADERS, interactive=False, wrap=True,
-                             column_widths=[60, 60, 110, 60, 72, 72, 80, 72, 56, 72, 72, 380],
+                             column_widths=figures.SUMMARY_WIDTHS,
                              show_search="search", elem_id="attention-table")
 
     outputs = [status, grid, summary_plot, table, layer, head, query, large, view]

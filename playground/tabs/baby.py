@@ -152,7 +152,7 @@ class BabyHandlers:
             analysis = analyse_chain(run.space, probs, run.counts)
             first = run.space.parse_state(start) if start else int(analysis.stationary.argmax())
             state.walk = sample_walk(run.space, probs, first, length, torch.Generator().manual_seed(seed))
-        return self._chain(state, snapshot, probs, analysis.unseen), _walk_text(run, state.walk, seed)
+        return self._chain(state, snapshot, probs, temperature, analysis.unseen), _walk_text(run, state.walk, seed)
 
     # ---- rendering
 
@@ -162,15 +162,16 @@ class BabyHandlers:
             session.baby = BabyState(self.preview)
         return session.baby
 
-    def _chain(self, state: BabyState, snapshot: Snapshot, probs: torch.Tensor, unseen: list[int]):
+    def _chain(self, state: BabyState, snapshot: Snapshot, probs: torch.Tensor, temperature: float,
+               unseen: list[int]):
         run = state.run
-        title = f"Step {snapshot.step} / {run.config.steps} · loss {snapshot.loss:.3f}"
+        title = chain_title(snapshot, run.config.steps, temperature)
         return chain_figure(transition_graph(run.space, probs), unseen=unseen, walk=state.walk, title=title)
 
     def _frame(self, state: BabyState, snapshot: Snapshot, temperature: float) -> tuple:
         """A frame while training: the chain, status, slider and loss; the rest waits for the end."""
         run = state.run
-        chain = self._chain(state, snapshot, snapshot.probs(temperature), unseen_states(run.counts))
+        chain = self._chain(state, snapshot, snapshot.probs(temperature), temperature, unseen_states(run.counts))
         status = f"Training... step {snapshot.step} / {run.config.steps}, loss {snapshot.loss:.3f}"
         return (chain, status, _slider(run, snapshot.step), _loss(run), gr.skip(), gr.skip(), gr.skip(), "")
 
@@ -183,8 +184,8 @@ class BabyHandlers:
         if status is None:
             status = f"Showing step {snapshot.step} of {run.config.steps} at temperature {temperature:g}."
         return (
-            self._chain(state, snapshot, probs, analysis.unseen), status, _slider(run, snapshot.step), _loss(run),
-            comparison_figure(analysis, labels, list(tokens)), _table(analysis, labels, tokens),
+            self._chain(state, snapshot, probs, temperature, analysis.unseen), status, _slider(run, snapshot.step),
+            _loss(run), comparison_figure(analysis, labels, list(tokens)), _table(analysis, labels, tokens),
             _analysis_text(analysis, labels), "" if state.walk is None else gr.skip(),
         )
 
@@ -194,6 +195,12 @@ class BabyHandlers:
 
 
 # ------------------------------------------------------------------ small helpers
+
+
+def chain_title(snapshot: Snapshot, steps: int, temperature: float) -> str:
+    """'Step 30 / 50 · loss 0.512', and the temperature when it reshapes the edges (when not 1)."""
+    title = f"Step {snapshot.step} / {steps} · loss {snapshot.loss:.3f}"
+    return title if temperature == 1 else f"{title} · temperature {temperature:g}"
 
 
 def _slider(run: BabyRun, step: int) -> dict:
@@ -289,8 +296,9 @@ def build(ctx: AppContext) -> BabyHandlers:
             sequence = gr.Textbox(EXAMPLE_SEQUENCE, label="Training sequence (symbols 0..V-1; spaces ignored)",
                                   max_length=MAX_SEQUENCE_CHARS, elem_id="baby-sequence", elem_classes="mono")
             with gr.Row():
+                # wide enough for its three choices on one line; on a phone the row wraps instead
                 vocab_size = gr.Radio(list(VOCAB_SIZES), value=DEFAULTS.vocab_size, label="Vocabulary size V",
-                                      elem_id="baby-vocab")
+                                      min_width=230, elem_id="baby-vocab")
                 context_length = gr.Slider(min(CONTEXT_LENGTHS), max(CONTEXT_LENGTHS), DEFAULTS.context_length,
                                            step=1, label="Context length L", elem_id="baby-context")
             with gr.Accordion("Model and training", open=False, elem_id="baby-model"):

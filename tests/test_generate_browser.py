@@ -1,0 +1,72 @@
+"""The Generate tab in headless Chromium at a laptop's width and a phone's: train the default task
+through the Train tab, generate, click a token and see it marked, then type characters the model
+has never seen and see which ones, and which it knows, while the previous output stays and nothing
+shows an error. Screenshots go to tests/screenshots/ for a person to look at."""
+
+import pytest
+from conftest import SCREENSHOTS
+from playwright.sync_api import expect
+
+from test_browser import TIMEOUT_MS, assert_no_errors, open_tab, set_number
+
+pytestmark = pytest.mark.browser
+INSPECTED_BACKGROUND = "rgba(245, 158, 11, 0.5)"  # amber at the half opacity HighlightedText draws
+
+
+@pytest.fixture(params=[(1366, 900), (390, 844)], ids=["laptop", "phone"])
+def page(request, running_app, browser):
+    width, height = request.param
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(TIMEOUT_MS)
+    expect.set_options(timeout=TIMEOUT_MS)
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    page.goto(running_app[1], wait_until="domcontentloaded")  # a new page: its own session
+    page.locator("#train-button").wait_for()
+    page.name = f"generate-{width}"
+    yield page
+    page.close()
+
+
+def shot(page, step: str) -> None:
+    page.screenshot(path=str(SCREENSHOTS / f"{page.name}-{step}.png"), full_page=True, animations="disabled")
+
+
+def test_generate_mark_a_token_and_refuse_unknown_characters(page):
+    set_number(page, "Steps", 200)  # the default recipe, shortened
+    page.locator("#train-button").click()
+    page.locator("#train-status").filter(has_text="Done: 200 steps").wait_for()
+
+    open_tab(page, "Generate")
+    page.locator("#generate-model-info").filter(has_text="200 steps").wait_for()
+    page.locator("#prompt textarea").fill("abc")
+    page.locator("#generate-button").click()
+    page.locator("#generate-status").filter(has_text="tokens. Click a token").wait_for()
+    legend = page.locator("#generated-tokens [data-testid='highlighted-text:category-legend']")
+    for band in ("under 10%", "90% or more", "inspected token"):
+        expect(legend).to_contain_text(band)
+
+    tokens = page.locator("#generated-tokens .token")
+    tokens.nth(3).click()  # the third generated token: entry 0 is the prompt
+    expect(tokens.nth(3)).to_have_css("background-color", INSPECTED_BACKGROUND)
+    expect(page.locator("#token-alternatives .gtitle")).to_contain_text("Token 3:")
+    expect(page.locator("#token-info")).to_contain_text("Token 3,")
+    marked = tokens.evaluate_all(
+        f"spans => spans.filter(s => getComputedStyle(s).backgroundColor === '{INSPECTED_BACKGROUND}').length")
+    assert marked == 1
+    assert_no_errors(page)
+    shot(page, "1-token-marked")
+
+    before = page.locator("#generated-text textarea").input_value()
+    count = tokens.count()
+    page.locator("#prompt textarea").fill("Hello World")
+    page.locator("#generate-button").click()
+    page.locator(".toast-body").filter(has_text="not in this model's vocabulary").wait_for()
+    for line in ("3 characters of the prompt are not in this model's vocabulary", "Not in it: ␣ (space), H, W.",
+                 "The model knows these 28 characters: ↵ (newline), a–z, |."):
+        expect(page.locator("#generate-status")).to_contain_text(line)
+    assert page.locator("#generated-text textarea").input_value() == before
+    assert tokens.count() == count
+    expect(tokens.nth(3)).to_have_css("background-color", INSPECTED_BACKGROUND)
+    assert_no_errors(page)
+    shot(page, "2-unknown-characters")
