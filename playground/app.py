@@ -92,19 +92,26 @@ def _start_sweeper(demo: gr.Blocks, registry: SessionRegistry, settings: Setting
     cheap calls, each with a new hash, leaves about 0.8 MB of Gradio state per hash behind)."""
     interval_s = min(30.0, settings.api_ttl_s / 2)  # often enough for the shortest time-to-live
 
+    def sweep() -> None:
+        registry.sweep()
+        holder = getattr(demo, "state_holder", None)  # exists once the app is launched
+        if holder is None:
+            return
+        cutoff = datetime.datetime.now() - datetime.timedelta(seconds=settings.api_ttl_s)
+        ours = registry.keys()  # Gradio also holds hashes the registry refused (too long, say)
+        with holder.lock:
+            idle = [key for key, used in holder.time_last_used.items() if used < cutoff and key not in ours]
+        _forget_gradio_states(demo, idle)
+        if idle:
+            release_memory()
+
     def sweep_forever() -> None:
         while True:
             time.sleep(interval_s)
-            registry.sweep()
-            holder = getattr(demo, "state_holder", None)  # exists once the app is launched
-            if holder is None:
-                continue
-            cutoff = datetime.datetime.now() - datetime.timedelta(seconds=settings.api_ttl_s)
-            with holder.lock:
-                idle = [key for key, used in holder.time_last_used.items() if used < cutoff and key not in registry]
-            _forget_gradio_states(demo, idle)
-            if idle:
-                release_memory()
+            try:
+                sweep()
+            except Exception:  # a bug here must not end the sweeping for good
+                logging.getLogger("playground").exception("the session sweep failed")
 
     thread = threading.Thread(target=sweep_forever, name="session-sweeper", daemon=True)
     thread.start()

@@ -196,6 +196,11 @@ class SessionRegistry:
     def __contains__(self, request: gr.Request | str) -> bool:
         return session_key(request) in self._sessions
 
+    def keys(self) -> set[str]:
+        """The session keys held now (a snapshot)."""
+        with self._lock:
+            return set(self._sessions)
+
     def counts(self) -> dict[str, int]:
         """How many sessions exist, and how many of them hold a model slot."""
         with self._lock:

@@ -315,3 +315,20 @@ def test_sessions_without_a_browser_are_freed_after_a_short_idle_time():
             time.sleep(0.2)
         assert demo.registry.counts() == {"sessions": 0, "models": 0}
         assert "expired" in app.error("generate", GENERATE, "left-behind")
+
+
+def test_gradio_state_of_refused_and_idle_hashes_is_swept():
+    with serve(Settings.from_env({}, api_ttl_s=1.0)) as (demo, url):
+        app = Hostile(url)
+        app.error("generate", GENERATE, "h" * 1000)  # refused by the registry, but Gradio kept a state for it
+        app.ok("preset", ["repeat"], "passer-by")  # a call that never makes a session
+        assert {"h" * 1000, "passer-by"} <= set(demo.state_holder.session_data)
+        deadline = time.monotonic() + 20
+        while demo.state_holder.session_data and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not demo.state_holder.session_data  # swept, and the sweeper survived the long hash
+        app.ok("train", form(), "later")  # the server still works
+        deadline = time.monotonic() + 20
+        while demo.registry.counts()["sessions"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert demo.registry.counts()["sessions"] == 0  # and the sweeping goes on

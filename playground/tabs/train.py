@@ -165,10 +165,17 @@ def _corpus_vocab_text(corpus: str) -> str | None:
     """A built-in corpus's text for previews, without downloading anything (None if not here yet)."""
     if corpus == "shakespeare":
         try:
-            return load_shakespeare(download=False)
+            return _local_shakespeare()
         except DataError:
             return None
     return _builtin_text(corpus)
+
+
+@functools.lru_cache(maxsize=1)
+def _local_shakespeare() -> str:
+    """Read and hash-checked once, not on every preview (each change of the form asks); a failure
+    is not cached, so a later download is found."""
+    return load_shakespeare(download=False)
 
 
 # ------------------------------------------------------------------ handlers
@@ -256,8 +263,8 @@ class TrainHandlers:
             tokenizer = default_tokenizer(recipe.tokenizer, text or "")
             config, _ = recipe.configs(tokenizer.vocab_size)
             counts = self._check_size(config).parameter_counts()
-        except (gr.Error, ValueError) as error:
-            return f"⚠️ {error}", ""
+        except (gr.Error, ValueError) as error:  # shown as it is typed, not as an error
+            return f"⚠️ {error.message if isinstance(error, gr.Error) else error}", ""
         parts = ", ".join(f"{label} {count:,}" for label, count in _count_parts(counts) if count)
         count = f"**{counts['total']:,} parameters** ({parts}); vocabulary {config.vocab_size:,} tokens."
         session = self.registry.peek(request) if request is not None else None
@@ -567,7 +574,7 @@ def _discard(session: Session) -> None:
 
 def _heads_for_stage(stage: str):
     """The Heads slider as the stage uses it: fixed at 1 for one head, idle without attention."""
-    options = STAGES.get(stage, {})
+    options = STAGES[validate.choice(stage, "Stage", STAGES)]
     if "n_head" in options:
         return gr.update(value=options["n_head"], interactive=False, info="this stage has exactly one head")
     if not options.get("use_attention", True):
