@@ -224,20 +224,22 @@ class TokenData:
 
     train: torch.Tensor  # (N_train,) int64
     val: torch.Tensor  # (N_val,) int64
-    val_answers: torch.Tensor | None = None  # (N_val,) bool: see `answer_targets`; task corpora only
+    train_answers: torch.Tensor | None = None  # (N_train,) bool: see `answer_targets`; task corpora only
+    val_answers: torch.Tensor | None = None  # (N_val,) bool
 
     @classmethod
     def from_text(cls, text: str, tokenizer: Tokenizer, block_size: int,
                   answer_after: str | None = None) -> "TokenData":
         """The text's tokens, split; with `answer_after` (a task's separator, see CorpusInfo) the
-        validation split also marks which targets are answers, if the separator and the newline
-        are single tokens of this tokenizer."""
+        splits also mark which targets are answers, if the separator and the newline are single
+        tokens of this tokenizer."""
         ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
         n_train = int(TRAIN_FRACTION * len(ids))
         data = cls(ids[:n_train], ids[n_train:])
         if answer_after is not None:
             separator, newline = tokenizer.encode(answer_after), tokenizer.encode("\n")
             if len(separator) == 1 and len(newline) == 1:
+                data.train_answers = answer_targets(data.train, separator[0], newline[0])
                 data.val_answers = answer_targets(data.val, separator[0], newline[0])
         shortest = min(len(data.train), len(data.val))
         if shortest <= block_size:
@@ -264,12 +266,19 @@ def answer_targets(ids: torch.Tensor, separator: int, newline: int) -> torch.Ten
 
 
 def get_batch(
-    data: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator | None = None
+    data: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator | None = None,
+    answers: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random windows of `data`: inputs x and next-token targets y, both (batch_size, block_size).
+    With `answers` (marks of `data` as from `answer_targets`), targets that are not answers are -1,
+    which the model's loss ignores.
 
     One gather on a (B, T + 1) index grid, no Python loop over the batch.
     """
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
-    window = data[starts[:, None] + torch.arange(block_size + 1)]  # (B, T + 1)
-    return window[:, :-1], window[:, 1:]
+    positions = starts[:, None] + torch.arange(block_size + 1)  # (B, T + 1)
+    window = data[positions]
+    x, y = window[:, :-1], window[:, 1:]
+    if answers is not None:
+        y = torch.where(answers[positions[:, :-1]], y, -1)
+    return x, y

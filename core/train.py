@@ -16,6 +16,10 @@ or AMX) and in float32 elsewhere; `compile=True` wraps the model in `torch.compi
 never changes torch's thread count: a process running several trainings should set it (the CLI
 has --threads; one thread per training avoids OpenMP oversubscription on a shared CPU).
 
+Sharing the CPU: trainings of one process given the same `core.schedule.FairShare` take turns
+step by step, round-robin, so many of them advance together (a workshop server); the time spent
+waiting for turns counts in the ETA.
+
 Divergence guard: before every update the loss and the gradient norm are checked. A
 non-finite value, or a training loss far above that of guessing uniformly, ends training with a
 message; the weights go back to the last good ones (those at the start of the run or at the
@@ -41,6 +45,7 @@ from core.data import TokenData, get_batch
 from core.model import GPT
 from core.optim import configure_optimizer, learning_rate_at
 from core.sample import generate
+from core.schedule import FairShare
 from core.tokenizers import Tokenizer
 
 DTYPES = ("auto", "float32", "bfloat16")
@@ -68,6 +73,9 @@ class TrainConfig:
     device: str = "auto"  # 'auto' = cuda > mps > cpu
     compile: bool = False
     dtype: str = "auto"  # autocast: 'auto' = bfloat16 where the hardware has it natively (see autocast_dtype)
+    # Train (and evaluate) on a task corpus's answers only (TokenData's answer marks): its questions
+    # are random, and their gradients are noise that delays learning the answers about two-fold.
+    answers_only: bool = False
 
     def __post_init__(self) -> None:
         positive = ("max_iters", "batch_size", "eval_interval", "eval_iters")
@@ -92,8 +100,9 @@ class TrainConfig:
             raise ValueError(f"device must be 'auto', 'cpu', 'cuda[:N]' or 'mps', got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if not isinstance(self.compile, bool):
-            raise ValueError(f"compile must be True or False, got {self.compile!r}")
+        for name in ("compile", "answers_only"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -173,8 +182,10 @@ class Trainer:
         *,
         tokenizer: Tokenizer | None = None,
         probe_text: str | None = None,
+        share: FairShare | None = None,
     ) -> None:
         self.config = config
+        self.share = share
         self.device = resolve_device(config.device)
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
@@ -184,6 +195,10 @@ class Trainer:
         self.train_data = data.train.to(self.device)
         self.val_data = data.val.to(self.device)
         self.val_answers = None if data.val_answers is None else data.val_answers.to(self.device)
+        # the targets each split's loss counts: all of them (None), or the answers alone
+        self._counted = {"train": None, "val": None}
+        if config.answers_only and _every_window_has_an_answer(data, block_size):
+            self._counted = {"train": data.train_answers.to(self.device), "val": self.val_answers}
         self.probe_ids = self._probe_ids(probe_text)
 
         self.optimizer = configure_optimizer(
@@ -212,12 +227,27 @@ class Trainer:
         self._stop = threading.Event()
         self._seconds_per_step: float | None = None  # smoothed time of a bare step: tokens/s and the ETA
         self._extras = 0.0  # seconds spent on evaluations, samples and snapshots: the ETA spreads them out
+        self._wait_per_step: float | None = None  # smoothed seconds a step waits for its turn (with a share)
 
     # ------------------------------------------------------------------ public API
 
     def stop(self) -> None:
-        """Ask run() to finish after the current step (thread-safe); the weights are kept."""
+        """Ask run() to finish after the current step (thread-safe); the weights are kept.
+        A step still waiting for its turn does not wait any longer."""
         self._stop.set()
+        if self.share is not None:
+            self.share.withdraw(self)
+
+    @contextlib.contextmanager
+    def turn(self, first: bool = False) -> Iterator[bool]:
+        """Hold one of the share's turns for work on this model outside run() (a sample, a
+        snapshot); yields False if the trainer was stopped while waiting. Always granted alone.
+        A `first` turn goes ahead of the others (see FairShare.turn)."""
+        if self.share is None:
+            yield True
+            return
+        with self.share.turn(self, first) as granted:
+            yield granted
 
     def run(self, until: int | None = None) -> Iterator[TrainEvent]:
         """Train from `self.step` up to `until` steps (default max_iters), yielding events."""
@@ -230,11 +260,18 @@ class Trainer:
         known = last.get("val_loss") if last.get("step") == self.step else None
         self._remember(known if known is not None and self._sound(known, None) else None)
         event = None
-        while self.step < until and not self._stop.is_set():
-            event = self._train_step(until)
-            if event.error:
-                break
-            yield event
+        with self.share.membership(self) if self.share is not None else contextlib.nullcontext():
+            while self.step < until and not self._stop.is_set():
+                asked = time.perf_counter()
+                with self.turn(first=event is None) as granted:  # a run's first step jumps the queue
+                    if not granted or self._stop.is_set():
+                        break
+                    waited, previous = time.perf_counter() - asked, self._wait_per_step
+                    self._wait_per_step = waited if previous is None else 0.9 * previous + 0.1 * waited
+                    event = self._train_step(until)
+                if event.error:
+                    break
+                yield event  # never while holding a turn: the caller may take its time
         yield self._final_event(event, until)
 
     @torch.no_grad()
@@ -248,7 +285,7 @@ class Trainer:
             rng = torch.Generator().manual_seed(self.config.seed + 2)  # the same batches every time
             total = torch.zeros((), device=self.device)
             for _ in range(self.config.eval_iters):
-                x, y = self._batch(data, rng)
+                x, y = self._batch(data, rng, self._counted[split])
                 with self._autocast():
                     total += self._forward(x, y)[1].float()
             losses[split] = total.item() / self.config.eval_iters
@@ -331,7 +368,7 @@ class Trainer:
         lr = learning_rate_at(self.step, cfg.learning_rate, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        x, y = self._batch(self.train_data, self._batch_rng)
+        x, y = self._batch(self.train_data, self._batch_rng, self._counted["train"])
 
         self.model.train()
         with self._private_dropout_rng(), self._autocast():
@@ -428,9 +465,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ helpers
 
-    def _batch(self, data: torch.Tensor, rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def _batch(self, data: torch.Tensor, rng: torch.Generator,
+               answers: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         # The generator is a CPU one on every device; indexing a device tensor with it is fine.
-        return get_batch(data, self.config.batch_size, self.model.config.block_size, rng)
+        return get_batch(data, self.config.batch_size, self.model.config.block_size, rng, answers)
 
     @contextlib.contextmanager
     def _autocast(self):
@@ -497,5 +535,20 @@ class Trainer:
 
     def _eta(self, until: int) -> float:
         extras_per_step = self._extras / self.step if self.step else 0.0
-        return max(0, until - self.step) * ((self._seconds_per_step or 0.0) + extras_per_step)
+        per_step = (self._seconds_per_step or 0.0) + extras_per_step + (self._wait_per_step or 0.0)
+        return max(0, until - self.step) * per_step
 
+
+def _every_window_has_an_answer(data: TokenData, block_size: int) -> bool:
+    """Whether the data marks answers and every context window holds one (a window with none
+    would have no loss to learn from); otherwise `answers_only` counts every target."""
+    if data.train_answers is None or data.val_answers is None:
+        return False
+    for marks in (data.train_answers, data.val_answers):
+        where = marks.nonzero().flatten()
+        if len(where) == 0:
+            return False
+        edges = torch.cat([torch.tensor([-1]), where, torch.tensor([len(marks) - 1])])
+        if int(edges.diff().max()) > block_size:  # a run of unmarked targets longer than a window
+            return False
+    return True

@@ -19,6 +19,7 @@ from pathlib import Path
 import gradio as gr
 import torch
 
+from core.schedule import FairShare
 from playground.context import AppContext
 from playground.errors import GuardedBlocks, harden
 from playground.sessions import SessionRegistry, release_memory
@@ -44,8 +45,8 @@ TABS = (
 def configure_torch(settings: Settings) -> None:
     """Give each torch op `settings.torch_threads` threads (1 on a shared server).
 
-    On a 2-core server up to `train_concurrency` trainings run at once beside generation and the
-    web server itself. Tiny models gain almost nothing from intra-op parallelism, while several
+    On a 2-core server `train_slots` training steps compute at once beside generation and the web
+    server itself. Tiny models gain almost nothing from intra-op parallelism, while several
     jobs each spawning a thread per core oversubscribe the CPU and make every request slow.
     One thread per op keeps each job on about one core and the server responsive.
     """
@@ -68,7 +69,8 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
         gr.Markdown(f"# {TITLE}\n{INTRO}", elem_id="intro")
         model_changed = gr.Textbox(visible=False, elem_id="model-changed")
         with gr.Tabs() as tabs:
-            ctx = AppContext(settings=settings, registry=registry, model_changed=model_changed, tabs=tabs, demo=demo)
+            ctx = AppContext(settings=settings, registry=registry, share=FairShare(settings.train_slots),
+                             model_changed=model_changed, tabs=tabs, demo=demo)
             for tab_id, title, module in TABS:
                 with gr.Tab(title, id=tab_id, elem_id=f"tab-{tab_id}") as tab:
                     module.build(ctx)
@@ -155,6 +157,8 @@ def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None 
         allowed_paths=[],
         max_file_size=settings.max_upload_bytes,
         state_session_capacity=settings.gradio_state_capacity,
+        # Every training holds a worker thread while it waits for its turn; the rest serve everyone.
+        max_threads=settings.train_concurrency + 40,
         ssr_mode=False,  # no Node server: one process, less memory
         theme=gr.themes.Soft(primary_hue="indigo", secondary_hue="amber"),
         css_paths=[ASSETS / "style.css"],

@@ -11,6 +11,8 @@ components that tabs share.
             with ctx.registry.job(request, "attention"):
                 ...
 
+Shared: `share`, the round-robin turns every training takes step by step (`core.schedule`).
+
 Shared components:
 - `model_changed`: a hidden Textbox the Train tab sets to a new value whenever the session's model
   is replaced, trained further, reset or loaded from a checkpoint. Tabs that show something derived
@@ -23,10 +25,11 @@ Shared components:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gradio as gr
 
+from core.schedule import FairShare
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
 
@@ -41,6 +44,7 @@ class AppContext:
     model_changed: gr.Textbox
     tabs: gr.Tabs
     demo: gr.Blocks | None = None  # for `ctx.demo.load(...)` (runs when a page opens)
+    share: FairShare = field(default_factory=FairShare)  # turns for every session's training steps
 
     def heavy(self, kind: str) -> dict:
         """Event keyword arguments for a heavy event kind: at most N of them run at once."""

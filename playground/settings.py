@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from core.schedule import default_slots
 
 ENV_PREFIX = "PLAYGROUND_"
 
@@ -46,8 +48,10 @@ class Settings:
     # outputs): past this many the least recently used goes, and the sweep drops idle ones. The app
     # keeps nothing there that matters (models live in the registry), so losing it costs nothing.
     gradio_state_capacity: int = 100
-    # queue: how many of each heavy event kind run at once; the rest wait in the queue
-    train_concurrency: int = 2
+    # Trainings: every learner's runs at once (up to max_sessions), taking turns step by step
+    # (core.schedule.FairShare); this many steps compute at a time, by default one per core.
+    train_slots: int = field(default_factory=default_slots)
+    # queue: how many of each other heavy event kind run at once; the rest wait in the queue
     generate_concurrency: int = 4
     attention_concurrency: int = 4
     baby_concurrency: int = 2
@@ -95,9 +99,15 @@ class Settings:
             max_params=2_000_000_000,
             max_iters=1_000_000, max_new_tokens=10_000, max_text_chars=200_000_000,
             max_prompt_chars=200_000, max_upload_bytes=2_000_000_000, max_attention_tokens=512,
-            max_sessions=8, torch_threads=max(1, os.cpu_count() or 1), caps_lifted=True,
+            # one training computes at a time, on every core (two tabs take turns)
+            max_sessions=8, torch_threads=max(1, os.cpu_count() or 1), train_slots=1, caps_lifted=True,
         )
         return cls.from_env(environ, **{**lifted, **overrides})
+
+    @property
+    def train_concurrency(self) -> int:
+        """Trainings admitted at once: one per model slot, so nobody waits in the queue to start."""
+        return self.max_sessions
 
     def cap_hint(self, cap: str) -> str:
         """How a user lifts `cap`, appended to messages about values over it."""

@@ -99,6 +99,15 @@ def _one_torch_thread():
 # ---------------------------------------------------------------- a running app (integration, browser)
 
 
+def plotted(value):
+    """A gr.Plot value as a plotly Figure to inspect, whether a handler built a Figure or its JSON."""
+    import json
+
+    import plotly.graph_objects as go
+
+    return go.Figure(json.loads(value.plot)) if hasattr(value, "plot") else value
+
+
 def free_port() -> int:
     """A port the OS says is free right now."""
     import socket

@@ -9,6 +9,7 @@ import gradio as gr
 import pytest
 import torch
 
+from conftest import plotted
 from playground.app import build_app, launch_kwargs
 from playground.context import AppContext
 from playground.sessions import SessionRegistry
@@ -75,12 +76,12 @@ def test_train_streams_live_updates_and_keeps_the_model(train, ctx):
     assert len(updates) >= 2
     assert status.startswith("Done: 20 steps")
     assert "step 20 / 20" in progress and "tokens/s" in progress
-    train_line, val_line, answer_line = loss_fig.data
+    train_line, val_line, answer_line = plotted(loss_fig).data
     assert list(train_line.x) == list(range(1, 21)) and list(val_line.x) == [10, 20]
     assert list(answer_line.x) == [10, 20] and answer_line.name == "answers (val)"  # the copy task's answers
     assert "Answers (the half of each line that can be learned)" in progress and "% right" in progress
     assert isinstance(sample, str) and len(sample) > 0
-    assert len(attention.data) == 1 * 2  # one heatmap per layer x head
+    assert len(plotted(attention).data) == 1 * 2  # one heatmap per layer x head
     assert "A 1-layer model with 2 heads" in changed and "20 steps" in changed
     session = ctx.registry.get("a")
     assert session.model is not None and session.trainer.step == 20 and len(session.trained.history) == 20
@@ -122,8 +123,8 @@ def test_new_model_discards_the_model_and_trains_one_with_the_settings(train, ct
 
 def test_stop_keeps_the_weights_and_train_continues(train, ctx):
     stream = train.train(**{**FORM, "steps": 2000}, request="a")
-    next(stream)  # "Training a new model."
-    next(stream)  # the first step's update
+    assert next(stream)[0] == "Training a new model."  # the first step's update
+    next(stream)
     assert "already running training" in _error(lambda: run_train(train))  # a second Train click
     assert train.stop("a").startswith("Stopping")  # the stream is not being pulled, so it cannot end yet
     status = list(stream)[-1][0]
@@ -135,10 +136,10 @@ def test_stop_keeps_the_weights_and_train_continues(train, ctx):
     assert session.trainer.step == stopped_at + 3
 
 
-def test_stop_before_the_trainer_starts_is_not_lost(train, ctx):
+def test_stop_while_the_stream_waits_is_not_lost(train, ctx):
     stream = train.train(**{**FORM, "corpus": "shakespeare", "preset": "shakespeare-char-cpu", "steps": 2000}, request="a")
     assert next(stream)[0] == "Training a new model."
-    train.stop("a")  # before the first step
+    train.stop("a")  # while nobody pulls the stream
     assert list(stream)[-1][0].startswith("Stopped at step")
 
 
@@ -251,7 +252,7 @@ def test_checkpoint_round_trip_into_another_session(trained):
     assert shown["status"].startswith("Loaded a 1-layer model with 2 heads") and "step 20" in shown["status"]
     assert [shown[k] for k in ("tokenizer", "stage", "n_layer", "n_head", "n_embd", "block_size")] == \
         ["char", "gpt", 1, 2, 16, 16]
-    assert len(shown["loss_plot"].data[0].x) == 20 and "20 steps" in shown["model_changed"]
+    assert len(plotted(shown["loss_plot"]).data[0].x) == 20 and "20 steps" in shown["model_changed"]
     a, b = ctx.registry.get("a"), ctx.registry.get("b")
     assert same(weights(a.model), weights(b.model)) and a.model is not b.model
     texts = [list(gen.generate("abc", 20, 0.8, 0, 1.0, 7, request=s))[-1][1] for s in ("a", "b")]
@@ -364,13 +365,15 @@ def test_generate_without_a_model_says_what_to_do(trained):
 
 
 def test_every_event_has_an_api_name_and_a_concurrency_on_purpose():
-    settings = Settings(train_concurrency=2, generate_concurrency=3)
+    settings = Settings(max_sessions=7, generate_concurrency=3)
     demo = build_app(settings)
     events = {fn.api_name: fn for fn in demo.fns.values() if fn.api_name}
     for name in ("train", "train_new", "stop", "preset", "save_checkpoint", "load_checkpoint",
                  "generate", "inspect_token", "attention", "baby_gpt_train"):
         assert name in events, name
-    assert (events["train"].concurrency_id, events["train"].concurrency_limit) == ("train", 2)
+    # every learner's training is admitted (they take turns step by step); both buttons share the limit
+    assert (events["train"].concurrency_id, events["train"].concurrency_limit) == ("train", 7)
+    assert (events["train_new"].concurrency_id, events["train_new"].concurrency_limit) == ("train", 7)
     assert (events["generate"].concurrency_id, events["generate"].concurrency_limit) == ("generate", 3)
     assert (events["stop"].concurrency_id, events["stop"].concurrency_limit) == ("cheap", None)
     assert demo._queue.max_size == settings.max_queue_size
@@ -382,6 +385,9 @@ def test_launch_defaults_are_secure():
     assert kwargs["server_name"] == "127.0.0.1" and kwargs["share"] is False
     assert kwargs["enable_monitoring"] is False and kwargs["allowed_paths"] == []
     assert kwargs["show_error"] is False and kwargs["max_file_size"] == 1234
+    # each admitted training holds a worker thread while it waits its turn; others must still get one
+    settings = Settings(max_sessions=90)
+    assert launch_kwargs(settings)["max_threads"] >= settings.train_concurrency + 20
 
 
 def _error(fn) -> str:

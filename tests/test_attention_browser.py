@@ -7,6 +7,7 @@ import re
 
 import pytest
 from conftest import SCREENSHOTS
+from core.presets import get_preset
 from test_browser import assert_no_errors, set_number
 
 pytestmark = pytest.mark.browser
@@ -161,8 +162,9 @@ def test_attention_at_laptop_width_labels_heads_one_way(page):
     standouts = assert_headline_matches_table(status, table_rows(page))
     layer, head, _, score = standouts[0]
     assert page.locator("#attention-summary").get_by_text(score).count() >= 1  # the board shows it too
-    assert page.locator("#attention-grid .heatmaplayer").count() == 8  # 2 layers x 4 heads
-    assert page.locator("#attention-view .legendtext").count() == 4  # one entry per head
+    shape = get_preset("repeat").model  # the default model: one heatmap per layer x head
+    assert page.locator("#attention-grid .heatmaplayer").count() == shape["n_layer"] * shape["n_head"]
+    assert page.locator("#attention-view .legendtext").count() == shape["n_head"]  # one entry per head
     assert_table_reads(page, all_columns_visible=True)
     assert_figures_read(page)
     assert_no_errors(page)

@@ -13,7 +13,7 @@ import torch
 
 from core.attention import attention_maps, head_view, induction_probe, summarize_heads
 from core.config import GPTConfig, stage_config
-from core.data import TokenData
+from core.data import CORPORA, TokenData
 from core.model import GPT
 from core.presets import preset_configs, preset_corpus
 from core.tokenizers import CharTokenizer, GPT2Tokenizer
@@ -271,12 +271,12 @@ STANDOUT = re.compile(r"L(\d+) H(\d+) ([a-z-]+) \((\d\.\d\d)\)")
 
 @pytest.fixture(scope="module")
 def copy_task():
-    """The default preset ("repeat") trained 150 of its 400 steps: its 8-back head has formed."""
+    """The default preset ("repeat") trained as the app trains it: its 8-back head has formed."""
     text, tokenizer = preset_corpus("repeat")
-    config, train_config = preset_configs("repeat", tokenizer.vocab_size, max_iters=150)
+    config, train_config = preset_configs("repeat", tokenizer.vocab_size)
     model = GPT(config, generator=torch.Generator().manual_seed(train_config.seed))
-    trainer = Trainer(model, TokenData.from_text(text, tokenizer, config.block_size), train_config,
-                      tokenizer=tokenizer)
+    data = TokenData.from_text(text, tokenizer, config.block_size, answer_after=CORPORA["repeat"].answer_after)
+    trainer = Trainer(model, data, train_config, tokenizer=tokenizer)
     for _ in trainer.run():
         pass
     handlers = tab.AttentionHandlers(make_ctx())

@@ -7,6 +7,7 @@ import math
 import gradio as gr
 import pytest
 
+from conftest import plotted
 from core.babygpt import EXAMPLE_SEQUENCE, BabyConfig, BabyRun, analyse_chain, transition_graph
 from playground.context import AppContext
 from playground.figures.baby import ARROW_ROOM, AXIS_LIMIT, LABEL_SIZE, chain_figure, comparison_figure
@@ -215,7 +216,7 @@ def test_train_animates_then_shows_everything(handlers, ctx):
     assert list(table["state"]) == run.space.labels()
     assert table.loc[5, "model p(1) %"] == pytest.approx(100 * run.snapshots[-1].probs()[5, 1].item(), abs=0.05)
     assert math.isnan(table.loc[0, "data p(1) %"]) and table.loc[0, "note"] == "never in the data"
-    assert len(loss.data[0].x) == 51 and walk_text == ""
+    assert len(plotted(loss).data[0].x) == 51 and walk_text == ""
 
 
 def test_frames_while_training_only_update_the_live_outputs(handlers, fast):

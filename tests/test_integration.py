@@ -72,6 +72,30 @@ def test_stop_ends_training_and_keeps_the_weights(url, registry):
     assert session_of(registry, client).trainer.step == step + 5
 
 
+def test_trainings_share_the_server_instead_of_queueing(url, registry):
+    """Six learners press Train at once: every one sees a loss point and the status says how many
+    share the server long before any finishes (first-come slots would leave four with nothing)."""
+    clients = [new_client(url) for _ in range(6)]
+    jobs = [c.submit(**{**TINY, "steps": 1500, "seed": i}, api_name="/train") for i, c in enumerate(clients)]
+    try:
+        deadline = time.monotonic() + 90
+        def started(job) -> bool:
+            return any(json.loads(out[2]["plot"])["data"][0]["x"] for out in job.outputs() if out[2])
+        while not all(started(job) for job in jobs):
+            assert time.monotonic() < deadline, [len(job.outputs()) for job in jobs]
+            assert not any(job.done() for job in jobs), "a training finished before all had started"
+            time.sleep(0.1)
+        assert all(not job.done() for job in jobs)
+        statuses = [out[0] for job in jobs for out in job.outputs()]
+        assert any("trainings share this server" in status and "left" in status for status in statuses), statuses
+    finally:
+        with concurrent.futures.ThreadPoolExecutor() as pool:
+            list(pool.map(lambda c: c.predict(api_name="/stop"), clients))
+        for job in jobs:
+            job.result(timeout=60)
+    assert all(session_of(registry, c).trainer.step < 1500 for c in clients)
+
+
 def test_generate_streams_and_tokens_can_be_inspected(trained):
     job = trained.submit("abc", 40, 0.8, 0, 1.0, 5, api_name="/generate")
     tokens, text, status = job.result(timeout=60)
@@ -167,7 +191,7 @@ def test_five_concurrent_trains_from_one_session_train_once(url, registry):
 
 
 def test_cheap_events_do_not_wait_behind_training(url, registry):
-    """With every training slot taken (train_concurrency is 2), /stop and /preset still answer at once."""
+    """With two trainings taking turns on the CPU, /stop and /preset still answer at once."""
     trainers = [new_client(url) for _ in range(2)]
     jobs = [c.submit(**{**TINY, "steps": 5000}, api_name="/train") for c in trainers]
     try:

@@ -8,7 +8,7 @@ import torch
 
 from core import checkpoint
 from core.config import STAGES, GPTConfig
-from core.data import TokenData, repeat_corpus
+from core.data import TokenData, get_batch, repeat_corpus
 from core.model import GPT
 from core.optim import learning_rate_at
 from core.tokenizers import CharTokenizer
@@ -295,3 +295,26 @@ def test_a_task_corpus_is_scored_on_its_answers():
         (logits.argmax(-1) == y)[marked].float().mean().item(),
     ), rel=1e-5)
     assert tiny_trainer().answer_score() is None  # no answer marks: nothing to score
+
+
+def test_answers_only_counts_the_answers_and_only_where_every_window_has_one():
+    data = TokenData.from_text(TEXT, TOKENIZER, 36, answer_after="|")
+    x, y = get_batch(data.train, 8, 36, torch.Generator().manual_seed(0), data.train_answers)
+    _, full = get_batch(data.train, 8, 36, torch.Generator().manual_seed(0))
+    counted = y != -1
+    assert counted.any() and (~counted).any() and torch.equal(y[counted], full[counted])
+    bar, newline = TOKENIZER.encode("|")[0], TOKENIZER.encode("\n")[0]
+    # the counted targets are the answer letters and the newline that ends them, never the separator
+    assert bar not in full[counted].tolist() and newline in full[counted].tolist()
+    assert (counted.sum(1) >= 8).all()  # a window of two lines holds at least one whole answer
+
+    model = GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=36))
+    answers = Trainer(model, data, TrainConfig(max_iters=2, batch_size=4, answers_only=True, device="cpu"))
+    everything = Trainer(model, data, TrainConfig(max_iters=2, batch_size=4, device="cpu"))
+    assert answers.estimate_loss(("val",))["val"] != everything.estimate_loss(("val",))["val"]
+    # a context shorter than a question holds windows with no answer: then every target counts
+    short = TokenData.from_text(TEXT, TOKENIZER, 4, answer_after="|")
+    small = GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=4))
+    fallback = Trainer(small, short, TrainConfig(max_iters=2, batch_size=4, answers_only=True, device="cpu"))
+    assert fallback._counted == {"train": None, "val": None}
+    assert all(math.isfinite(event.train_loss) for event in fallback.run())

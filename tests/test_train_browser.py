@@ -10,6 +10,7 @@ import pytest
 from conftest import SCREENSHOTS
 from gradio_client import Client
 
+from core.presets import get_preset
 from playground.sessions import Session
 from test_browser import assert_no_errors, open_tab, set_number
 
@@ -114,10 +115,11 @@ def test_changed_settings_say_so_before_train_and_new_model_starts_one(open_page
     page.locator("#train-button").click()
     page.locator("#train-status").filter(has_text="Done: 60 steps").wait_for()
     page.locator("#train-next").filter(has_text="already trained 60 of 60 steps").wait_for()
-    set_number(page, "Layers", 1)  # the default has 2: a different model
+    layers = get_preset("repeat").model["n_layer"]
+    set_number(page, "Layers", layers + 1)  # a different model from the default's
     note = page.locator("#train-next").filter(has_text="describe a different model")
     note.wait_for()  # said before Train is pressed
-    assert "n_layer 2 → 1" in note.inner_text()
+    assert f"n_layer {layers} → {layers + 1}" in note.inner_text()
     page.screenshot(path=str(SCREENSHOTS / f"train-settings-changed-{name}.png"), full_page=True)
     page.locator("#train-button").click()
     page.locator("#train-status").filter(has_text="Press New model").wait_for()

@@ -24,6 +24,7 @@ from typing import Any
 
 import gradio as gr
 import torch
+from gradio.components.plot import PlotData
 
 from core.checkpoint import load as load_checkpoint_file
 from core.checkpoint import load_trainer_state
@@ -50,6 +51,13 @@ CORPUS_CHOICES = [(info.title, name) for name, info in CORPORA.items()] + [
 TOKENIZER_CHOICES = [("Characters", "char"), ("GPT-2 BPE (50,257 tokens)", "gpt2")]
 STAGE_CHOICES = [(f"{i + 1}. {STAGE_DESCRIPTIONS[name]}", name) for i, name in enumerate(STAGES)]
 UI_INTERVAL_S = 0.25  # live view refresh: 4 a second, so a long run never floods the browser
+# Up to this many trainings per compute slot refresh at the rates here; beyond, every refresh comes
+# proportionally less often, so sixty learners' refreshes cost the server no more than eight's.
+FULL_RATE_PER_SLOT = 4
+# Live samples and attention maps run the model (a 120-token sample costs as much as several
+# steps): each run spends at most this fraction of its training's own compute time on them (less
+# on a crowded server, as refreshes slow down), so the steps keep the CPU.
+VIEW_BUDGET = 0.15
 STOP_WAIT_S = 3.0  # Stop answers once training has ended, waiting at most this long
 NO_ATTENTION_YET = "Press Train: the attention of each head on a probe prompt appears here."
 ATTENTION_INTERVAL_S = 0.5  # the heatmap grid is the heaviest payload (~150 KB for 6 x 8 heads): 2 a second
@@ -302,8 +310,7 @@ class TrainHandlers:
                 yield self._update(session, status=choice)
                 return
             trainer, until, note = self._prepare(session, recipe, text, tokenizer, config, train_config)
-            yield self._update(session, status=note, model_changed=_describe(session))
-            yield from self._run(session, trainer, until)
+            yield from self._run(session, trainer, until, opening=note)
 
     def _choice_needed(self, session: Session, config: GPTConfig, tokenizer: Tokenizer, steps: int) -> str:
         """Why Train cannot continue the session's model with these settings ('' when it can)."""
@@ -333,7 +340,7 @@ class TrainHandlers:
             # a new model's weights come from the form's seed, like its batches: same seed, same run
             model = trained.model if trained is not None else GPT(
                 config, generator=torch.Generator().manual_seed(train_config.seed))
-            trainer = Trainer(model, data, train_config, tokenizer=fresh)
+            trainer = Trainer(model, data, train_config, tokenizer=fresh, share=self.ctx.share)
         start = 0 if trained is None else trained.step
         state = None if trained is None else trained.training_state()
         if state is not None:  # optimizer, step, history, random states
@@ -350,37 +357,55 @@ class TrainHandlers:
             return _builtin_tokens(recipe.corpus, json.dumps(tokenizer.spec()), block_size)
         return TokenData.from_text(text, tokenizer, block_size)
 
-    def _run(self, session: Session, trainer: Trainer, until: int):
-        # The first update goes out after the first step; the first sample waits SAMPLE_INTERVAL_S
-        # (an untrained model writes noise, and sampling would delay the first chart).
-        last_ui = last_attention = 0.0
-        last_sample = time.monotonic()
+    def _run(self, session: Session, trainer: Trainer, until: int, opening: str):
+        """Stream the run's updates; the first (after the first step) says `opening` as its status."""
+        # The first update goes out after the first step, with the chart alone: the first sample and
+        # attention map wait their intervals (an untrained model shows noise, and drawing it would
+        # delay the first chart).
+        last_ui = 0.0
+        last_sample = last_attention = time.monotonic()
+        # Every update sends every output: Gradio rebuilds a component for each gr.skip() in a stream
+        # (its config and schema: the costliest part of an update), while an unchanged value costs
+        # an equality check. So the last sample, map and model description go out again.
+        sample, attention = "", _note_plot("The attention map appears after a few steps.")
+        described, first = _describe(session), True
+        share, trained_before, viewing = self.ctx.share, trainer.elapsed, 0.0
         for event in trainer.run(until):
             if session.stop_requested:
                 trainer.stop()
-            now = time.monotonic()
-            if not event.done and now - last_ui < UI_INTERVAL_S:
+            now, sharing = time.monotonic(), share.members
+            slower = max(1.0, sharing / (FULL_RATE_PER_SLOT * share.slots))
+            if not event.done and now - last_ui < UI_INTERVAL_S * slower:
                 continue
             last_ui = now
             self.registry.touch(session)
             if event.error:
                 raise gr.Error(event.error)
-            sample = attention = gr.skip()  # unchanged unless due
             finished = event.done and not event.stopped  # a Stop ends at once: no fresh sample to wait for
-            if finished or now - last_sample >= SAMPLE_INTERVAL_S:
-                sample, last_sample = trainer.sample(), now
-            if finished or now - last_attention >= ATTENTION_INTERVAL_S:
-                attention, last_attention = self._attention_figure(trainer), now
-            yield self._update(
-                session, status=_status(event), event=event, sample=sample, attention=attention,
-                model_changed=_describe(session) if event.done else gr.skip(),
-            )
+            affordable = viewing <= VIEW_BUDGET / slower * (trainer.elapsed - trained_before)
+            sample_due = finished or (affordable and now - last_sample >= SAMPLE_INTERVAL_S)
+            attention_due = finished or (affordable and now - last_attention >= ATTENTION_INTERVAL_S)
+            if sample_due or attention_due:
+                with trainer.turn() as granted:  # the model's work takes its turn like a step
+                    started = time.perf_counter()
+                    if granted and sample_due:
+                        sample, last_sample = trainer.sample(), now
+                    if granted and attention_due:
+                        attention, last_attention = self._attention_figure(trainer), now
+                    viewing += time.perf_counter() - started
+            if event.done:
+                described = _describe(session)  # other tabs follow the model once the run ends
+            status = opening if first and not event.done else _status(event, sharing)
+            yield self._update(session, status=status, event=event, sample=sample, attention=attention,
+                               model_changed=described)
+            first = False
 
     def _attention_figure(self, trainer: Trainer):
         per_layer = trainer.probe_attention()  # per layer (H, T, T); none without attention
         if not per_layer:
-            return _note_figure("This stage has no attention yet: its tokens cannot look at each other.")
-        return live_heatmap(torch.stack(per_layer), token_labels(trainer.tokenizer, trainer.probe_ids))
+            return _note_plot("This stage has no attention yet: its tokens cannot look at each other.")
+        figure = live_heatmap(torch.stack(per_layer), token_labels(trainer.tokenizer, trainer.probe_ids))
+        return PlotData(type="plotly", plot=figure.to_json())  # serialised once, though sent with every update
 
     def _update(self, session: Session, *, status: str, event=None, sample=gr.skip(), attention=gr.skip(),
                 model_changed=gr.skip()) -> tuple:
@@ -582,12 +607,16 @@ def _heads_for_stage(stage: str):
     return gr.update(interactive=True, info=None)
 
 
-def _status(event) -> str:
+def _status(event, sharing: int = 1) -> str:
+    """What the run is doing; while others train too, how many share the server and the time left."""
     if event.stopped:
         return _stopped_status(event.step)
     if event.done:
         val = f", validation loss {event.val_loss:.3f}" if event.val_loss is not None else ""
         return f"Done: {event.step} steps, training loss {event.train_loss:.3f}{val}."
+    if sharing > 1:
+        return (f"Training: {sharing} trainings share this server, taking turns step by step; "
+                f"about {_duration(event.eta)} left.")
     return "Training..."
 
 
@@ -621,6 +650,12 @@ def _show_corpus_inputs(corpus: str) -> tuple:
     return gr.update(visible=corpus == PASTE), gr.update(visible=corpus == UPLOAD)
 
 
+@functools.lru_cache(maxsize=4)
+def _note_plot(text: str) -> PlotData:
+    """`_note_figure` serialised once, for a stream that sends it with every update."""
+    return PlotData(type="plotly", plot=_note_figure(text).to_json())
+
+
 def _note_figure(text: str):
     import plotly.graph_objects as go
 
@@ -636,12 +671,15 @@ def _note_figure(text: str):
 
 
 def build(ctx: AppContext) -> TrainHandlers:
+    from playground import share  # here, not at the top: share reads this module's form
+
     s = ctx.settings
     handlers = TrainHandlers(ctx)
     ctx.registry.on_free(handlers.free)
     start = handlers.default_form()
     form: dict[str, gr.Component] = {}  # TrainForm's fields, by name
     shown: dict[str, gr.Component] = {}  # what handlers set by name besides the form
+    groups: dict[str, gr.Accordion] = {}  # the form's accordions, by share.GROUPS' names: a link may hide them
 
     # The buttons come first: on a phone the columns stack, and Train must not sit screens below.
     with gr.Row(elem_id="train-buttons"):
@@ -657,14 +695,15 @@ def build(ctx: AppContext) -> TrainHandlers:
                                          label="Preset", info="A recipe for everything below; change any field after.")
             shown["preset_info"] = gr.Markdown(handlers.describe_setup(start.preset, start.corpus),
                                                elem_classes="preset-info", elem_id="preset-info")
-            with gr.Accordion("Data", open=True):
+            link_note = gr.Markdown(visible=False, elem_id="link-note")  # what the page's link set and ignored
+            with gr.Accordion("Data", open=True) as groups["data"]:
                 form["corpus"] = gr.Dropdown(CORPUS_CHOICES, value=start.corpus, label="Corpus")
                 form["text"] = gr.Textbox("", label="Your text", lines=6, visible=False, max_lines=12,
                                           placeholder="Paste a few thousand characters or more.")
                 form["upload"] = gr.File(label="Your .txt file (UTF-8)", file_types=[".txt"], type="filepath",
                                          visible=False)
                 form["tokenizer"] = gr.Radio(TOKENIZER_CHOICES, value=start.tokenizer, label="Tokenizer")
-            with gr.Accordion("Model", open=True):
+            with gr.Accordion("Model", open=True) as groups["model"]:
                 form["stage"] = gr.Dropdown(STAGE_CHOICES, value=start.stage, elem_id="stage-dropdown",
                                             label="Stage of the progression (bigram → GPT)")
                 with gr.Row():
@@ -685,7 +724,7 @@ def build(ctx: AppContext) -> TrainHandlers:
                         "On your own machine, `python -m playground --no-caps` lifts them.",
                         elem_classes="caps-note",
                     )
-            with gr.Accordion("Training", open=True):
+            with gr.Accordion("Training", open=True) as groups["training"]:
                 with gr.Row():
                     form["steps"] = gr.Slider(1, s.max_iters, value=start.steps, step=1, label="Steps")
                     form["batch_size"] = gr.Slider(1, s.max_batch_size, value=start.batch_size, step=1,
@@ -704,6 +743,9 @@ def build(ctx: AppContext) -> TrainHandlers:
                                                          minimum=0, maximum=1)
                         form["grad_clip"] = gr.Number(value=start.grad_clip, label="Gradient clip (0 = off)",
                                                       minimum=0)
+            share_btn = gr.Button("Share this setup", size="sm", elem_id="share-button")
+            share_link = gr.Textbox(label="Link to this setup", info="The same link trains the same curve.",
+                                    buttons=["copy"], interactive=False, visible=False, elem_id="share-link")
         with gr.Column(scale=3, min_width=300, elem_id="train-live"):
             # The chart and the attention map side by side on a desktop: both in view while it trains.
             with gr.Row(equal_height=False):
@@ -735,12 +777,15 @@ def build(ctx: AppContext) -> TrainHandlers:
     live = [status, progress, shown["loss_plot"], sample, attention_plot, ctx.model_changed]
     cheap = dict(**ctx.cheap(), show_progress="hidden")
     preset_outputs = [shown["preset_info"]] + [form[name] for name in FORM_FIELDS if name != "preset"]
-    form["preset"].change(by_name(handlers.apply_preset), form["preset"], preset_outputs, api_name="preset", **cheap)
+    # .input, not .change: a preset set by the page's link must not overwrite the link's own fields.
+    form["preset"].input(by_name(handlers.apply_preset), form["preset"], preset_outputs, api_name="preset", **cheap)
     form["corpus"].change(_show_corpus_inputs, form["corpus"], [form["text"], form["upload"]],
                           api_visibility="private", **cheap)
     form["corpus"].change(handlers.describe_setup, [form["preset"], form["corpus"]], shown["preset_info"],
                           api_visibility="private", **cheap)
-    form["stage"].change(_heads_for_stage, form["stage"], form["n_head"], api_visibility="private", **cheap)
+    view = gr.State(share.View())  # the groups the page's link hid and locked
+    form["stage"].change(share.keeping_locks(_heads_for_stage, "n_head"), [form["stage"], view], form["n_head"],
+                         api_visibility="private", **cheap)
     previewed = [form[name] for name in ("corpus", "tokenizer", "stage", "n_layer", "n_head", "n_embd",
                                          "block_size", "dropout", "upload")]
     # The live count and whether Train continues; also after training and Stop (the model changed).
@@ -757,4 +802,7 @@ def build(ctx: AppContext) -> TrainHandlers:
                                                                       ("tokenizer", "stage", *MODEL_FIELDS)]
     checkpoint_upload.upload(by_name(handlers.load_checkpoint), checkpoint_upload, loaded_outputs,
                              api_name="load_checkpoint", **one_at_a_time)
+    share.wire(ctx, handlers, form, groups, view=view, note_box=link_note, preset_info=shown["preset_info"],
+               button=share_btn, link_box=share_link,
+               writers=[(form["preset"], preset_outputs), (checkpoint_upload, loaded_outputs)])
     return handlers

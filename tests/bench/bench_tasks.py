@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from core.data import TokenData  # noqa: E402
+from core.data import CORPORA, TokenData  # noqa: E402
 from core.model import GPT  # noqa: E402
 from core.presets import preset_configs, preset_corpus  # noqa: E402
 from core.train import Trainer  # noqa: E402
@@ -86,7 +86,7 @@ def main() -> None:
     for task in args.tasks:
         text, tokenizer = preset_corpus(task)
         model_config, train_config = preset_configs(task, tokenizer.vocab_size, **{"device": args.device, **overrides})
-        data = TokenData.from_text(text, tokenizer, model_config.block_size)
+        data = TokenData.from_text(text, tokenizer, model_config.block_size, answer_after=CORPORA[task].answer_after)
         torch.manual_seed(train_config.seed)
         model = GPT(model_config)
         newline, separator = tokenizer.encode("\n" + SEPARATORS[task])

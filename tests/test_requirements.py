@@ -1,0 +1,112 @@
+"""The requirements files: every import declared, the Space's file free of test tools, torch the CPU build."""
+
+import ast
+import re
+import sys
+from importlib.metadata import packages_distributions, version
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RUNTIME, TESTS = REPO / "requirements.txt", REPO / "requirements-test.txt"
+APP_SOURCES = [REPO / "core", REPO / "playground", REPO / "app.py"]
+TEST_SOURCES = [REPO / "tests"]
+# PyTorch's CPU wheels; an *extra* index, so everything else still comes from PyPI.
+CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
+PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
+
+
+def normalize(name: str) -> str:
+    """A distribution name as PyPI compares them (PEP 503): gradio_client == gradio-client."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_requirements(path: Path) -> tuple[dict[str, str], list[str]]:
+    """A requirements file's pins ({normalized name: version}) and its option lines (-r, --extra-index-url)."""
+    pins, options = {}, []
+    for raw in path.read_text().splitlines():
+        line = re.sub(r"(^|\s)#.*", "", raw).strip()
+        if not line:
+            continue
+        if line.startswith("-"):
+            options.append(line)
+            continue
+        match = PIN.fullmatch(line)
+        assert match, f"{path.name}: {raw!r} is not pinned exactly (name==version)"
+        pins[normalize(match[1])] = match[2]
+    return pins, options
+
+
+def imported_modules(sources: list[Path]) -> dict[str, Path]:
+    """Each third-party top-level module imported in sources -> one file that imports it.
+    Standard-library modules and the repository's own (a file or folder beside the importer or at
+    the root: core, playground, conftest, ...) are left out."""
+    files = [f for s in sources for f in ([s] if s.is_file() else sorted(s.rglob("*.py")))]
+    found = {}
+    for file in files:
+        for node in ast.walk(ast.parse(file.read_text(), str(file))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in (n.split(".")[0] for n in names):
+                local = any((d / name).is_dir() or (d / f"{name}.py").is_file() for d in (file.parent, REPO))
+                if name not in sys.stdlib_module_names and not local:
+                    found.setdefault(name, file)
+    return found
+
+
+def distributions(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Each module -> the installed distributions that provide it (empty when none does)."""
+    provided = packages_distributions()
+    return {m: {normalize(d) for d in provided.get(m, [])} for m in modules}
+
+
+def test_the_app_imports_exactly_the_runtime_requirements():
+    runtime, _ = read_requirements(RUNTIME)
+    modules = imported_modules(APP_SOURCES)
+    undeclared = {f"{m} ({modules[m].relative_to(REPO)}, from {sorted(d) or 'no installed distribution'})"
+                  for m, d in distributions(modules).items() if not d & runtime.keys()}
+    assert not undeclared, f"imported by the app but not in requirements.txt: {sorted(undeclared)}"
+    used = set().union(*distributions(modules).values())
+    unused = runtime.keys() - used
+    # A Space installs requirements.txt: pytest, playwright or a test client there is wasted build time.
+    assert not unused, f"in requirements.txt but never imported by core/, playground/ or app.py: {sorted(unused)}"
+
+
+def test_test_imports_are_declared_and_test_tools_stay_out_of_the_runtime_file():
+    runtime, _ = read_requirements(RUNTIME)
+    tests, options = read_requirements(TESTS)
+    assert "-r requirements.txt" in options, "requirements-test.txt must include the runtime file"
+    assert not tests.keys() & runtime.keys(), f"declared twice: {sorted(tests.keys() & runtime.keys())}"
+    assert {"pytest", "playwright"} <= tests.keys()
+    modules = imported_modules(TEST_SOURCES)
+    undeclared = {f"{m} ({modules[m].relative_to(REPO)})"
+                  for m, d in distributions(modules).items() if not d & (runtime.keys() | tests.keys())}
+    assert not undeclared, f"imported by tests but in neither requirements file: {sorted(undeclared)}"
+
+
+def test_torch_is_pinned_exactly_and_comes_from_the_cpu_index():
+    runtime, runtime_options = read_requirements(RUNTIME)
+    _, test_options = read_requirements(TESTS)
+    # ==X.Y.Z, no local label: it matches 2.13.0+cpu from the CPU index on Linux and Windows and
+    # the plain macOS wheel; an unpinned torch would resolve to PyPI's newest CUDA build.
+    assert re.fullmatch(r"\d+\.\d+\.\d+", runtime.get("torch", "")), f"torch pin: {runtime.get('torch')!r}"
+    # The CPU index and nothing else: --index-url would hide PyPI, which serves every other package.
+    assert runtime_options == [CPU_INDEX], f"requirements.txt options: {runtime_options}"
+    assert test_options == ["-r requirements.txt"], "the test file must install torch exactly as the Space does"
+
+
+def test_the_installed_packages_are_the_pinned_ones():
+    pins = read_requirements(RUNTIME)[0] | read_requirements(TESTS)[0]
+    # torch reports 2.13.0+cpu: the public part is what the pin names.
+    wrong = {name: version(name) for name, pinned in pins.items() if version(name).split("+")[0] != pinned}
+    assert not wrong, f"installed versions differ from the pins (reinstall the environment): {wrong}"
+
+
+def test_the_space_card_asks_for_the_pinned_gradio():
+    # A Space installs gradio==sdk_version in the same pip command as requirements.txt; two pins conflict.
+    card = REPO.joinpath("README.md").read_text().split("---")[1]
+    sdk_version = re.search(r"^sdk_version:\s*(\S+)$", card, re.MULTILINE)[1]
+    assert sdk_version == read_requirements(RUNTIME)[0]["gradio"]
