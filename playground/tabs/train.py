@@ -52,8 +52,9 @@ TOKENIZER_CHOICES = [("Characters", "char"), ("GPT-2 BPE (50,257 tokens)", "gpt2
 STAGE_CHOICES = [(f"{i + 1}. {STAGE_DESCRIPTIONS[name]}", name) for i, name in enumerate(STAGES)]
 UI_INTERVAL_S = 0.25  # live view refresh: 4 a second, so a long run never floods the browser
 # Up to this many trainings per compute slot refresh at the rates here; beyond, every refresh comes
-# proportionally less often, so sixty learners' refreshes cost the server no more than eight's.
-FULL_RATE_PER_SLOT = 4
+# proportionally less often, so sixty learners' refreshes cost the server no more than four's on two
+# cores (measured at 60: refreshes at twice this rate made the first points 15% and the runs 20% slower).
+FULL_RATE_PER_SLOT = 2
 # Live samples and attention maps run the model (a 120-token sample costs as much as several
 # steps): each run spends at most this fraction of its training's own compute time on them (less
 # on a crowded server, as refreshes slow down), so the steps keep the CPU.

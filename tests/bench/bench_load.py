@@ -8,7 +8,8 @@ For each N, measured from outside through the API (gradio_client):
 - N client sessions and one "prober" session that has trained a tiny model, created first (untimed);
 - all N call /train at once with no arguments: the form's defaults, what a learner who only
   presses Train gets; meanwhile the prober times light events one at a time, ~0.5 s apart
-  (/generate of 50 tokens, the whole call; /preset), and the server's RSS is sampled every 0.5 s.
+  (`LIGHT`: /generate of 50 tokens, /preset, /attention; and `RUNS`: a whole /baby_gpt_train), and the
+  server's RSS is sampled every 0.5 s.
 
 Prints the machine, then a block per N: time from a learner's press to the first point on its
 loss chart (p50, p95, max); the last training's end after the press; each run's own duration
@@ -48,7 +49,11 @@ from tests.conftest import free_port  # noqa: E402
 os.environ.setdefault("PLAYGROUND_DATA_DIR", str(REPO.parent / "shared" / "data"))
 
 GENERATE = ("abcdefgh|", 50, 0.8, 0, 1.0, None)  # prompt, max tokens, temperature, top-k, top-p, seed
-LIGHT = {"generate": GENERATE, "preset": ("sort",)}  # light events the prober times, by API name
+# What a learner does while others train, timed by the prober (by API name, with its arguments): the
+# light events (the goal's "overall" figure: 50 tokens, a preset change, the Attention tab's analysis),
+# and a whole Baby GPT training with the tab's defaults (a run, shown beside them, not one of them).
+LIGHT = {"generate": GENERATE, "preset": ("sort",), "attention": ("qwhzbkad|qwhzbkad",)}
+RUNS = {"baby_gpt_train": ()}
 PROBER_STEPS = 30  # enough for /generate to have a model; short, so the prober is ready at once
 POLL_S = 0.03  # how often the watcher reads every job's streamed outputs
 LIGHT_PAUSE_S = 0.5
@@ -170,7 +175,7 @@ def probe(client: Client, stop: threading.Event, deadline: float, latencies: dic
           errors: list[str]) -> None:
     """Time the light events one at a time, LIGHT_PAUSE_S apart, until `stop` is set."""
     while not stop.is_set():
-        for kind, args in LIGHT.items():
+        for kind, args in {**LIGHT, **RUNS}.items():
             started = time.monotonic()
             try:
                 client.submit(*args, api_name=f"/{kind}").result(timeout=max(1.0, deadline - started))
@@ -201,7 +206,7 @@ def measure(n: int, timeout: float) -> dict:
         started = time.monotonic()
         deadline = started + timeout
         runs = [Run(client.submit(api_name="/train"), time.monotonic()) for client in learners]
-        latencies: dict[str, list[float]] = {kind: [] for kind in LIGHT}
+        latencies: dict[str, list[float]] = {kind: [] for kind in {**LIGHT, **RUNS}}
         light_errors: list[str] = []
         prober_thread = threading.Thread(target=probe, args=(prober, stop_probe, deadline, latencies, light_errors),
                                          daemon=True)
