@@ -225,6 +225,7 @@ class Trainer:
         self.history: list[dict] = []
         self.elapsed = 0.0
         self._stop = threading.Event()
+        self.running = False  # between run()'s start and its final event
         self._seconds_per_step: float | None = None  # smoothed time of a bare step: tokens/s and the ETA
         self._extras = 0.0  # seconds spent on evaluations, samples and snapshots: the ETA spreads them out
         self._wait_per_step: float | None = None  # smoothed seconds a step waits for its turn (with a share)
@@ -259,19 +260,22 @@ class Trainer:
         last = self.history[-1] if self.history else {}
         known = last.get("val_loss") if last.get("step") == self.step else None
         self._remember(known if known is not None and self._sound(known, None) else None)
-        event = None
-        with self.share.membership(self) if self.share is not None else contextlib.nullcontext():
-            while self.step < until and not self._stop.is_set():
-                asked = time.perf_counter()
-                with self.turn(first=event is None) as granted:  # a run's first step jumps the queue
-                    if not granted or self._stop.is_set():
+        event, self.running = None, True
+        try:
+            with self.share.membership(self) if self.share is not None else contextlib.nullcontext():
+                while self.step < until and not self._stop.is_set():
+                    asked = time.perf_counter()
+                    with self.turn(first=event is None) as granted:  # a run's first step jumps the queue
+                        if not granted or self._stop.is_set():
+                            break
+                        waited, previous = time.perf_counter() - asked, self._wait_per_step
+                        self._wait_per_step = waited if previous is None else 0.9 * previous + 0.1 * waited
+                        event = self._train_step(until)
+                    if event.error:
                         break
-                    waited, previous = time.perf_counter() - asked, self._wait_per_step
-                    self._wait_per_step = waited if previous is None else 0.9 * previous + 0.1 * waited
-                    event = self._train_step(until)
-                if event.error:
-                    break
-                yield event  # never while holding a turn: the caller may take its time
+                    yield event  # never while holding a turn: the caller may take its time
+        finally:  # also when the caller drops the run midway
+            self.running = False
         yield self._final_event(event, until)
 
     @torch.no_grad()

@@ -205,6 +205,12 @@ def test_preview_counts_parameters_and_says_whether_train_continues(trained):
     assert "already trained 20 of 20 steps" in train.preview(*FORM.values(), request="a")[1]
     assert "Press **New model**" in train.preview(*{**FORM, "n_layer": 2}.values(), request="a")[1]
     assert "⚠️" in train.preview(*{**FORM, "n_layer": 99}.values(), request="a")[0]
+    stream = train.train(**{**FORM, "steps": 2000}, request="trains")
+    next(stream)  # while it trains, the note says so, not the step the run started from
+    assert train.preview(**{**FORM, "steps": 2000}, request="trains")[1].startswith("Training now: **Stop**")
+    train.stop("trains")
+    list(stream)
+    assert "continues your model from step" in train.preview(**{**FORM, "steps": 2000}, request="trains")[1]
 
 
 def test_the_parameter_count_adds_up_to_its_total(trained):

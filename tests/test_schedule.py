@@ -173,3 +173,16 @@ def test_a_first_turn_goes_ahead_of_the_queue():
     for thread in threads:
         thread.join(timeout=5)
     assert order == ["newcomer", "old 1", "old 2"]
+
+
+def test_a_trainer_says_whether_it_runs_until_its_final_event_or_a_dropped_run():
+    trainer = _trainer(None, steps=5)
+    events = trainer.run()
+    next(events)
+    assert trainer.running
+    final = list(events)[-1]
+    assert final.done and not trainer.running
+    dropped = trainer.run(10)
+    next(dropped)
+    dropped.close()  # the caller went away midway
+    assert not trainer.running

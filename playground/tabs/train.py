@@ -277,6 +277,8 @@ class TrainHandlers:
         parts = ", ".join(f"{label} {count:,}" for label, count in _count_parts(counts) if count)
         count = f"**{counts['total']:,} parameters** ({parts}); vocabulary {config.vocab_size:,} tokens."
         session = self.registry.peek(request) if request is not None else None
+        if session is not None and session.trainer is not None and session.trainer.running:
+            return count, "Training now: **Stop** ends it and keeps what it has learned."
         if session is None or session.model is None:
             return count, "**Train** starts a new model with these settings."
         return count, (self._choice_needed(session, config, tokenizer, recipe.train["max_iters"])
@@ -349,7 +351,7 @@ class TrainHandlers:
                 trainer.load_state_dict(state)
         elif trained is not None:  # a checkpoint without a training state: its steps and curve go on
             trainer.step, trainer.history = start, list(trained.history)
-        note = (f"Continuing from step {start}." if start else "Training a new model.")
+        note = (f"Continuing from step {start}" if start else "Training a new model")
         session.trained = TrainedModel(model, fresh, recipe.corpus_title, trainer.history, trainer, train_config)
         return trainer, train_config.max_iters, note
 
@@ -396,7 +398,7 @@ class TrainHandlers:
                     viewing += time.perf_counter() - started
             if event.done:
                 described = _describe(session)  # other tabs follow the model once the run ends
-            status = opening if first and not event.done else _status(event, sharing)
+            status = _status(event, sharing, opening if first else "Training")
             yield self._update(session, status=status, event=event, sample=sample, attention=attention,
                                model_changed=described)
             first = False
@@ -608,17 +610,18 @@ def _heads_for_stage(stage: str):
     return gr.update(interactive=True, info=None)
 
 
-def _status(event, sharing: int = 1) -> str:
-    """What the run is doing; while others train too, how many share the server and the time left."""
+def _status(event, sharing: int = 1, doing: str = "Training") -> str:
+    """What the run is `doing` ("Training a new model" on its first update); while others train
+    too, how many share the server and the time left."""
     if event.stopped:
         return _stopped_status(event.step)
     if event.done:
         val = f", validation loss {event.val_loss:.3f}" if event.val_loss is not None else ""
         return f"Done: {event.step} steps, training loss {event.train_loss:.3f}{val}."
     if sharing > 1:
-        return (f"Training: {sharing} trainings share this server, taking turns step by step; "
+        return (f"{doing}: {sharing} trainings share this server, taking turns step by step; "
                 f"about {_duration(event.eta)} left.")
-    return "Training..."
+    return "Training..." if doing == "Training" else f"{doing}."
 
 
 def _progress_html(event, history: list[dict] = ()) -> str:
