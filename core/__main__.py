@@ -1,7 +1,8 @@
-"""Command line: train a preset, sample from a checkpoint, list the presets.
+"""Command line: train a preset, sample from a checkpoint, climb the seeds' ladder, list the presets.
 
     python -m core train --preset shakespeare-char-cpu --out out/shakespeare
     python -m core sample --checkpoint out/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --seed 1
+    python -m core ladder --steps 10000 --seed 1337 --json
     python -m core presets
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import statistics
 import sys
 import time
@@ -17,8 +19,9 @@ from pathlib import Path
 import torch
 
 from core import checkpoint
-from core.config import GPTConfig
-from core.data import TokenData, read_text_file, default_tokenizer
+from core.config import STAGES, GPTConfig
+from core.data import CORPORA, TokenData, default_tokenizer, load_shakespeare, read_text_file
+from core.ladder import DEFAULT_STEPS, Ladder
 from core.model import GPT
 from core.presets import PRESETS, get_preset, preset_configs, preset_corpus
 from core.sample import stream
@@ -56,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  python -m core train --preset shakespeare-char-cpu --out out/shakespeare\n"
         "  python -m core train --resume out/shakespeare --max-iters 3000\n"
         "  python -m core train --preset repeat --max-iters 300 --set n_layer=3 --set learning_rate=1e-3\n"
-        "  python -m core sample --checkpoint out/shakespeare --prompt 'ROMEO:' --max-new-tokens 300 --seed 1",
+        "  python -m core sample --checkpoint out/shakespeare --prompt 'ROMEO:' --max-new-tokens 300 --seed 1\n"
+        "  python -m core ladder --steps 10000 --seed 1337 --json",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -100,6 +104,22 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--seed", type=int, help="for a reproducible sample")
     sample.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
     sample.add_argument("--no-cache", action="store_true", help="re-run the whole context for every token")
+
+    ladder = commands.add_parser(
+        "ladder", help="train the lecture's stages, bigram to GPT, and print each one's validation loss",
+        description="Train every stage of the seeds' ladder (bigram, position embeddings, one head, four heads, "
+        "feed-forward, residual connections + LayerNorm) in turn on Tiny Shakespeare at the lecture's sizes, "
+        "and print one line per stage beside the lecture's figure.",
+    )
+    ladder.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"steps per stage (default {DEFAULT_STEPS:,})")
+    ladder.add_argument("--seed", type=int, default=1337)
+    ladder.add_argument("--stages", nargs="+", choices=list(STAGES), metavar="STAGE",
+                        help=f"some of: {', '.join(STAGES)} (default: all)")
+    ladder.add_argument("--json", action="store_true",
+                        help='one JSON object per line: {"stage", "val_loss", "params", "seconds"}')
+    ladder.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, mps")
+    ladder.add_argument("--shakespeare", type=Path, metavar="FILE",
+                        help="Tiny Shakespeare's input.txt (default: $PLAYGROUND_DATA_DIR, the cache, or a download)")
 
     commands.add_parser("presets", help="list the presets")
     return parser
@@ -155,9 +175,11 @@ def train(args: argparse.Namespace) -> int:
         else:
             text, tokenizer = preset_corpus(preset_name)
         model_config, train_config = preset_configs(preset_name, tokenizer.vocab_size, **_overrides(args))
-        torch.manual_seed(train_config.seed)  # the initial weights; the CLI owns this process
-        model = GPT(model_config)
-    data = TokenData.from_text(text, tokenizer, model_config.block_size)
+        # the initial weights as the app draws them: the same seed gives the same model in both
+        model = GPT(model_config, generator=torch.Generator().manual_seed(train_config.seed))
+    # a task corpus's answers (for answers_only and the answer score); none in a user's own text
+    answer_after = None if text_file else CORPORA[get_preset(preset_name).corpus].answer_after
+    data = TokenData.from_text(text, tokenizer, model_config.block_size, answer_after=answer_after)
     trainer = Trainer(model, data, train_config, tokenizer=tokenizer)
     if state is not None:
         trainer.load_state_dict(state)
@@ -257,6 +279,33 @@ def sample(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- ladder
+
+
+def ladder(args: argparse.Namespace) -> int:
+    climb = Ladder.from_text(load_shakespeare(args.shakespeare), args.steps, args.seed,
+                   stages=args.stages or tuple(STAGES), device=args.device)
+    if not args.json:
+        print(f"{'stage':14} {'params':>8} {'val loss':>9} {'lecture':>8} {'seconds':>8}")
+    interactive = sys.stderr.isatty()
+    for event in climb.climb():
+        if interactive and not event.rung:
+            print(f"\r{event.stage}: step {event.event.step}/{args.steps}", end="", file=sys.stderr, flush=True)
+        rung = event.rung
+        if rung is None:
+            continue
+        if interactive:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+        if args.json:
+            print(json.dumps({"stage": rung.stage, "val_loss": round(rung.val_loss, 4), "params": rung.params,
+                              "seconds": round(rung.seconds, 1)}), flush=True)
+        else:
+            lecture = STAGES[rung.stage].lecture_loss
+            print(f"{rung.stage:14} {rung.params:>8,} {rung.val_loss:>9.4f} "
+                  f"{'-' if lecture is None else f'{lecture:.2f}':>8} {rung.seconds:>8.1f}", flush=True)
+    return 0
+
+
 def list_presets() -> int:
     for preset in PRESETS.values():
         print(f"{preset.name:22} {preset.title}\n{'':22} {preset.description}\n")
@@ -270,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             return train(args)
         if args.command == "sample":
             return sample(args)
+        if args.command == "ladder":
+            return ladder(args)
         return list_presets()
     except ValueError as error:  # DataError, CheckpointError and bad settings: a message, not a traceback
         print(f"error: {error}", file=sys.stderr)

@@ -6,6 +6,11 @@ import dataclasses
 from dataclasses import dataclass
 
 ACTIVATIONS = ("gelu", "relu")
+# How the weights start. "gpt2": N(0, 0.02), the projections into the residual stream scaled down
+# (GPT-2, nanoGPT). "pytorch": PyTorch's own layer defaults, which the lecture's early stages use:
+# embeddings N(0, 1), Linear weights U(+-1/sqrt(fan_in)). Without residual connections the small
+# GPT-2 weights shrink the signal about 50-fold per layer and the model cannot start learning.
+INITS = ("gpt2", "pytorch")
 
 
 @dataclass
@@ -21,11 +26,15 @@ class GPTConfig:
     lm_head_bias: bool = True  # GPT-2 has none; Karpathy's lecture model has one
     activation: str = "gelu"
     tie_weights: bool = False  # share token embedding and LM head weights (GPT-2 does)
+    init: str = "gpt2"  # see INITS
     # The seeds' progression: each switch removes one idea from the full GPT.
     use_position_embedding: bool = True
     use_attention: bool = True
     use_feed_forward: bool = True
     use_residual: bool = True  # residual connections + pre-LayerNorm (and the final LayerNorm)
+    # Break-it switches: each removes something attention needs, to see what goes wrong.
+    causal: bool = True  # False: no mask, every token sees the whole window, the future included
+    scale_attention: bool = True  # False: scores are not divided by sqrt(head size); the softmax saturates
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_head", "n_embd"):
@@ -40,6 +49,11 @@ class GPTConfig:
             )
         if not (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0):
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        for field in dataclasses.fields(self):
+            if field.type in ("bool", bool) and not isinstance(getattr(self, field.name), bool):
+                raise ValueError(f"{field.name} must be True or False, got {getattr(self, field.name)!r}")
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"activation must be one of {ACTIVATIONS}, got {self.activation!r}"
@@ -61,36 +75,51 @@ class GPTConfig:
         return cls(**values)
 
 
-# The order in which Karpathy's "Let's build GPT" adds ideas to a bigram model.
-# Each stage is the options of the one GPT model that it turns on.
-STAGES: dict[str, dict] = {
-    "bigram": dict(
-        use_position_embedding=False, use_attention=False, use_feed_forward=False, use_residual=False
-    ),
-    "positions": dict(
-        use_position_embedding=True, use_attention=False, use_feed_forward=False, use_residual=False
-    ),
-    "one_head": dict(
-        use_position_embedding=True, use_attention=True, use_feed_forward=False, use_residual=False, n_head=1
-    ),
-    "multi_head": dict(
-        use_position_embedding=True, use_attention=True, use_feed_forward=False, use_residual=False
-    ),
-    "feed_forward": dict(
-        use_position_embedding=True, use_attention=True, use_feed_forward=True, use_residual=False
-    ),
-    "gpt": dict(
-        use_position_embedding=True, use_attention=True, use_feed_forward=True, use_residual=True
-    ),
-}
+@dataclass(frozen=True)
+class Stage:
+    """One rung of the seeds' ladder: the options of the one GPT model that it turns on."""
 
-STAGE_DESCRIPTIONS: dict[str, str] = {
-    "bigram": "Bigram: each token predicts the next from its own embedding alone.",
-    "positions": "+ position embeddings: the model knows where a token sits, but tokens still cannot talk.",
-    "one_head": "+ one self-attention head: tokens gather information from earlier tokens.",
-    "multi_head": "+ multi-head attention: several heads look for different things in parallel.",
-    "feed_forward": "+ feed-forward: each token thinks about what it gathered.",
-    "gpt": "+ residual connections and LayerNorm: the full GPT, trainable when deep.",
+    title: str
+    description: str  # what the rung adds, and what to expect of it
+    options: dict  # GPTConfig fields; they win over the sizes a caller passes
+    # The validation loss Karpathy's lecture prints for this rung (its video: context 8, batch 32,
+    # n_embd 32, 5,000 steps; the residual rung is three blocks); None where it prints none.
+    lecture_loss: float | None
+
+
+# Before residual connections the stages are built as the lecture builds them: one layer, with
+# PyTorch's initialisation. (A stack of blocks without residual connections does not train; with
+# GPT-2's small initial weights not even one layer does: the signal shrinks about 50-fold.)
+_LECTURE_EARLY = dict(use_residual=False, n_layer=1, init="pytorch")
+
+# The order in which Karpathy's "Let's build GPT" adds ideas to a bigram model.
+STAGES: dict[str, Stage] = {
+    "bigram": Stage(
+        "Bigram", "each token predicts the next from its own embedding alone.",
+        dict(use_position_embedding=False, use_attention=False, use_feed_forward=False, **_LECTURE_EARLY), 2.48,
+    ),
+    "positions": Stage(
+        "+ position embeddings",
+        "the model knows where a token sits, but tokens still cannot talk: no better than the bigram yet.",
+        dict(use_position_embedding=True, use_attention=False, use_feed_forward=False, **_LECTURE_EARLY), None,
+    ),
+    "one_head": Stage(
+        "+ one self-attention head", "tokens gather information from earlier tokens.",
+        dict(use_position_embedding=True, use_attention=True, use_feed_forward=False, n_head=1, **_LECTURE_EARLY),
+        2.40,
+    ),
+    "multi_head": Stage(
+        "+ multi-head attention", "several smaller heads look for different things in parallel.",
+        dict(use_position_embedding=True, use_attention=True, use_feed_forward=False, **_LECTURE_EARLY), 2.28,
+    ),
+    "feed_forward": Stage(
+        "+ feed-forward", "each token thinks about what it gathered.",
+        dict(use_position_embedding=True, use_attention=True, use_feed_forward=True, **_LECTURE_EARLY), 2.24,
+    ),
+    "gpt": Stage(
+        "+ residual connections and LayerNorm", "the full GPT: blocks stack, and deeper trains better.",
+        dict(use_position_embedding=True, use_attention=True, use_feed_forward=True, use_residual=True), 2.08,
+    ),
 }
 
 
@@ -102,16 +131,13 @@ def stage_config(stage: str, **fields) -> GPTConfig:
     """
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
-    return GPTConfig(**{**fields, **STAGES[stage]})
+    return GPTConfig(**{**fields, **STAGES[stage].options})
 
 
 def stage_of(config: GPTConfig) -> str | None:
-    """The name of the stage whose switches `config` has, or None for a custom mix."""
-    for name, options in STAGES.items():
-        if all(getattr(config, key) == value for key, value in options.items() if key != "n_head"):
-            if name == "one_head" and config.n_head != 1:
-                continue
-            if name == "multi_head" and config.n_head == 1:
-                continue
+    """The name of the first stage whose options `config` has (so one head is `one_head`, not
+    `multi_head`), or None for a custom mix."""
+    for name, stage in STAGES.items():
+        if all(getattr(config, key) == value for key, value in stage.options.items()):
             return name
     return None

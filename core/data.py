@@ -101,10 +101,23 @@ def _word(rng: random.Random, alphabet: str, length: int) -> str:
 def repeat_corpus(n_lines: int = 6000, length: int = 8, seed: int = 0) -> str:
     """'qwhzbkad|qwhzbkad': copying the second half means looking at the token after the earlier
     occurrence of the current one (an induction head's move). Every word has the same length, so
-    a model may learn it as a fixed offset instead: crisp to see, and a lesson in itself."""
+    a model learns it as a fixed offset instead: crisp to see, and the contrast to `induction_corpus`."""
 
     def line(rng: random.Random) -> str:
         word = _word(rng, LETTERS, length)
+        return f"{word}|{word}"
+
+    return _task_corpus(line, n_lines, seed)
+
+
+def induction_corpus(n_lines: int = 6000, shortest: int = 3, longest: int = 12, seed: int = 0) -> str:
+    """'qwe|qwe', 'bdkzwaxfmo|bdkzwaxfmo': words of 3 to 12 letters written twice. The letter to
+    copy is a word's length back, which varies, so no fixed offset finds it: the model must find
+    the earlier occurrence of the current letter and copy the one after it (an induction head).
+    No letter appears twice in a word, so that earlier occurrence is always unique."""
+
+    def line(rng: random.Random) -> str:
+        word = "".join(rng.sample(LETTERS, rng.randint(shortest, longest)))
         return f"{word}|{word}"
 
     return _task_corpus(line, n_lines, seed)
@@ -152,7 +165,11 @@ CORPORA: dict[str, CorpusInfo] = {
     "shakespeare": CorpusInfo(
         "Tiny Shakespeare", "1.1M characters of Shakespeare's plays (downloaded once, 1.1 MB).", True
     ),
-    "repeat": CorpusInfo("Copy task", "Random words written twice: watch a copying head form.", answer_after="|"),
+    "repeat": CorpusInfo("Copy task", "Random 8-letter words written twice: watch a copying head form.",
+                         answer_after="|"),
+    "induction": CorpusInfo("Copy task, words of 3 to 12 letters",
+                            "Random words of 3 to 12 letters written twice: watch an induction head form.",
+                            answer_after="|"),
     "reverse": CorpusInfo("Reverse task", "Random words then their reversal: an anti-diagonal pattern.",
                           answer_after=">"),
     "sort": CorpusInfo("Sort task", "Random digits then the same digits sorted.", answer_after="="),
@@ -162,7 +179,8 @@ CORPORA: dict[str, CorpusInfo] = {
 
 def corpus_text(name: str, shakespeare_path: str | Path | None = None) -> str:
     """The text of a built-in corpus by name (see `CORPORA`)."""
-    builders = {"repeat": repeat_corpus, "reverse": reverse_corpus, "sort": sort_corpus, "binary": binary_corpus}
+    builders = {"repeat": repeat_corpus, "induction": induction_corpus, "reverse": reverse_corpus,
+                "sort": sort_corpus, "binary": binary_corpus}
     if name == "shakespeare":
         return load_shakespeare(shakespeare_path)
     if name not in builders:
@@ -224,23 +242,22 @@ class TokenData:
 
     train: torch.Tensor  # (N_train,) int64
     val: torch.Tensor  # (N_val,) int64
-    train_answers: torch.Tensor | None = None  # (N_train,) bool: see `answer_targets`; task corpora only
-    val_answers: torch.Tensor | None = None  # (N_val,) bool
+    # A task corpus's separator and newline ids (see CorpusInfo.answer_after): with them a window's
+    # answer targets can be found (`answer_mask`). None for other text.
+    answer_tokens: tuple[int, int] | None = None
 
     @classmethod
     def from_text(cls, text: str, tokenizer: Tokenizer, block_size: int,
                   answer_after: str | None = None) -> "TokenData":
-        """The text's tokens, split; with `answer_after` (a task's separator, see CorpusInfo) the
-        splits also mark which targets are answers, if the separator and the newline are single
-        tokens of this tokenizer."""
+        """The text's tokens, split; with `answer_after` (a task's separator, see CorpusInfo) it also
+        keeps the separator's and the newline's ids, if both are single tokens of this tokenizer."""
         ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
         n_train = int(TRAIN_FRACTION * len(ids))
         data = cls(ids[:n_train], ids[n_train:])
         if answer_after is not None:
             separator, newline = tokenizer.encode(answer_after), tokenizer.encode("\n")
             if len(separator) == 1 and len(newline) == 1:
-                data.train_answers = answer_targets(data.train, separator[0], newline[0])
-                data.val_answers = answer_targets(data.val, separator[0], newline[0])
+                data.answer_tokens = (separator[0], newline[0])
         shortest = min(len(data.train), len(data.val))
         if shortest <= block_size:
             raise DataError(
@@ -250,28 +267,29 @@ class TokenData:
         return data
 
 
-def answer_targets(ids: torch.Tensor, separator: int, newline: int) -> torch.Tensor:
-    """(N,) bool: True at position t when its target, ids[t + 1], belongs to a line's answer (after
-    the separator, through the newline that ends the line). The last position has no target."""
-    answers = torch.zeros(len(ids), dtype=torch.bool)
-    in_answer = False
-    for t, token in enumerate(ids.tolist()):
-        if in_answer and t > 0:
-            answers[t - 1] = True  # token t is an answer: so is the target of position t - 1
-        if token == separator:
-            in_answer = True
-        elif token == newline:
-            in_answer = False
-    return answers
+def answer_mask(x: torch.Tensor, separator: int, newline: int) -> torch.Tensor:
+    """(B, T) bool for inputs x (B, T): True at position i when its target, the token after x[:, i],
+    belongs to the answer of a line whose question the window holds whole.
+
+    That is: the last separator in x[:, :i + 1] comes after the last newline there (the target is
+    an answer letter or the newline that ends the answer), and that newline exists (the line
+    started inside the window). A window that starts mid-line holds answers to a question it
+    cannot see, or sees only part of: they are not counted. Vectorised, no loop over the batch.
+    """
+    positions = torch.arange(x.size(-1), device=x.device).expand_as(x)
+    none = torch.full_like(positions, -1)
+    last_separator = torch.where(x == separator, positions, none).cummax(-1).values
+    last_newline = torch.where(x == newline, positions, none).cummax(-1).values
+    return (last_separator > last_newline) & (last_newline >= 0)
 
 
 def get_batch(
     data: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator | None = None,
-    answers: torch.Tensor | None = None,
+    answers: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random windows of `data`: inputs x and next-token targets y, both (batch_size, block_size).
-    With `answers` (marks of `data` as from `answer_targets`), targets that are not answers are -1,
-    which the model's loss ignores.
+    With `answers` (a task's separator and newline ids, TokenData.answer_tokens), targets that are
+    not answers of a question in the same window (`answer_mask`) are -1, which the loss ignores.
 
     One gather on a (B, T + 1) index grid, no Python loop over the batch.
     """
@@ -280,5 +298,5 @@ def get_batch(
     window = data[positions]
     x, y = window[:, :-1], window[:, 1:]
     if answers is not None:
-        y = torch.where(answers[positions[:, :-1]], y, -1)
+        y = torch.where(answer_mask(x, *answers), y, -1)
     return x, y

@@ -3,10 +3,12 @@
 Shapes: B batch, T time (tokens), C channels (n_embd), H heads, D head size (C // H).
 
 The seeds' teaching progression (bigram -> full GPT) is a set of switches on this one
-model (see `core.config.STAGES`). Attention patterns are exposed at named hook points,
-TransformerLens style: `blocks.{i}.attn.hook_pattern`. Nobody looking means the fast
-fused `scaled_dot_product_attention`; somebody looking means an explicit masked softmax
-whose weights pass through the hook point.
+model (see `core.config.STAGES`). What people look at passes through named hook points,
+TransformerLens style: `hook_embed` (the residual stream before any block),
+`blocks.{i}.attn.hook_pattern` (attention weights), `blocks.{i}.attn.hook_z` (each head's
+output before the heads are mixed) and `blocks.{i}.hook_resid_post` (the stream after block i).
+Nobody looking at attention means the fast fused `scaled_dot_product_attention`; somebody
+looking means an explicit masked softmax whose tensors pass through the hook points.
 """
 
 from __future__ import annotations
@@ -59,12 +61,15 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.n_head = config.n_head
         self.dropout = config.dropout
+        self.causal = config.causal
+        self.scale = None if config.scale_attention else 1.0  # None: 1/sqrt(D), as every GPT does
         # query, key and value for all heads in one matrix
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.qkv_bias)
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.hook_pattern = HookPoint()  # (B, H, T, T_seen) attention weights
+        self.hook_z = HookPoint()  # (B, H, T, D) each head's output: hooks may read or replace it
         self.fused = True  # False: always the explicit path (see GPT.explicit_attention)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
@@ -77,19 +82,22 @@ class CausalSelfAttention(nn.Module):
             past = cache.seen(layer)
             k, v = cache.extend(layer, k, v)  # (B, H, past + T, D)
 
-        if self.hook_pattern.active or not self.fused:
+        if self.hook_pattern.active or self.hook_z.active or not self.fused:
             # Explicit path: the weights exist as a tensor that hooks can see.
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))  # (B, H, T, past + T)
-            scores = scores.masked_fill(~_causal_mask(T, past, x.device), float("-inf"))
+            scale = 1 / math.sqrt(k.size(-1)) if self.scale is None else self.scale
+            scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, past + T)
+            if self.causal:
+                scores = scores.masked_fill(~_causal_mask(T, past, x.device), float("-inf"))
             weights = self.hook_pattern(F.softmax(scores, dim=-1))
-            y = self.attn_dropout(weights) @ v
+            y = self.hook_z(self.attn_dropout(weights) @ v)  # (B, H, T, D)
         else:
             # Fused path. With a cache, a single new token may see everything before it;
             # a chunk after a non-empty cache needs the offset mask.
-            mask = None if past == 0 or T == 1 else _causal_mask(T, past, x.device)
+            masked = self.causal and T > 1
+            mask = _causal_mask(T, past, x.device) if masked and past > 0 else None
             y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=(past == 0 and T > 1),
-                dropout_p=self.dropout if self.training else 0.0,
+                q, k, v, attn_mask=mask, is_causal=masked and past == 0,
+                dropout_p=self.dropout if self.training else 0.0, scale=self.scale,
             )
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble heads: (B, T, C)
         return self.resid_dropout(self.proj(y))
@@ -122,6 +130,7 @@ class Block(nn.Module):
         self.ln1, self.ln2 = norm(), norm()
         self.attn = CausalSelfAttention(config) if config.use_attention else None
         self.mlp = FeedForward(config) if config.use_feed_forward else None
+        self.hook_resid_post = HookPoint()  # (B, T, C) the residual stream after this block
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
         if self.attn is not None:
@@ -130,7 +139,7 @@ class Block(nn.Module):
         if self.mlp is not None:
             update = self.mlp(self.ln2(x))
             x = x + update if self.residual else update
-        return x
+        return self.hook_resid_post(x)
 
 
 class GPT(nn.Module):
@@ -144,6 +153,7 @@ class GPT(nn.Module):
             nn.Embedding(config.block_size, config.n_embd) if config.use_position_embedding else None
         )
         self.dropout = nn.Dropout(config.dropout)
+        self.hook_embed = HookPoint()  # (B, T, C) token + position embeddings: the stream before any block
         # A block with neither attention nor feed-forward would do nothing: the bigram stages have none.
         has_blocks = config.use_attention or config.use_feed_forward
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer if has_blocks else 0))
@@ -154,19 +164,30 @@ class GPT(nn.Module):
         self._init_weights(generator)
 
     def _init_weights(self, generator: torch.Generator | None) -> None:
-        """GPT-2's initialisation: weights N(0, 0.02), biases 0, and the projections into the
-        residual stream scaled down by 1/sqrt(2 * n_layer) so the stream's variance stays put."""
+        """Draw every weight from `generator` by the config's scheme (see `core.config.INITS`).
+
+        gpt2: weights N(0, 0.02), biases 0, and the projections into the residual stream scaled
+        down by 1/sqrt(2 * n_layer) so the stream's variance stays put.
+        pytorch: PyTorch's layer defaults (the lecture's early stages), redrawn from `generator`.
+        """
         for module in self.modules():
-            if isinstance(module, nn.Linear):
+            if isinstance(module, nn.Linear) and self.config.init == "pytorch":
+                bound = 1 / math.sqrt(module.in_features)  # what kaiming_uniform_(a=sqrt(5)) draws
+                nn.init.uniform_(module.weight, -bound, bound, generator=generator)
+                if module.bias is not None:
+                    nn.init.uniform_(module.bias, -bound, bound, generator=generator)
+            elif isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, mean=0.0, std=0.02, generator=generator)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=0.02, generator=generator)
-        for name, p in self.named_parameters():
-            if name.endswith("proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * max(1, self.config.n_layer)),
-                                generator=generator)
+                std = 1.0 if self.config.init == "pytorch" else 0.02
+                nn.init.normal_(module.weight, mean=0.0, std=std, generator=generator)
+        if self.config.init == "gpt2":
+            for name, p in self.named_parameters():
+                if name.endswith("proj.weight"):
+                    nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * max(1, self.config.n_layer)),
+                                    generator=generator)
 
     def forward(
         self,
@@ -196,7 +217,7 @@ class GPT(nn.Module):
         if self.position_embedding is not None:
             positions = torch.arange(past, past + T, device=idx.device)
             x = x + self.position_embedding(positions)  # (T, C) broadcasts over B
-        x = self.dropout(x)
+        x = self.hook_embed(self.dropout(x))
         for layer, block in enumerate(self.blocks):
             x = block(x, cache, layer)
         logits = self.lm_head(self.ln_f(x))  # (B, T, vocab)
@@ -226,7 +247,7 @@ class GPT(nn.Module):
         return KVCache(len(self.blocks))
 
     def hook_points(self) -> dict[str, HookPoint]:
-        """Every named hook point, e.g. {'blocks.0.attn.hook_pattern': HookPoint}."""
+        """Every named hook point, e.g. {'blocks.0.attn.hook_pattern': HookPoint, 'hook_embed': ...}."""
         return {name: m for name, m in self.named_modules() if isinstance(m, HookPoint)}
 
     def parameter_counts(self) -> dict[str, int]:

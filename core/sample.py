@@ -62,7 +62,8 @@ class _Context:
         self.start = max(0, prompt_length - self.block_size)  # a long prompt keeps its newest tokens
         # The cache counts positions through attention's keys: a model without attention (the
         # bigram and positions stages) has nothing to cache and would lose track of positions.
-        self.use_cache = use_cache and any(block.attn is not None for block in model.blocks)
+        # Without the causal mask a token's keys change as later tokens arrive: nothing stays valid.
+        self.use_cache = use_cache and model.config.causal and any(block.attn is not None for block in model.blocks)
         self.cache: KVCache | None = None
 
     def next_logits(self, idx: torch.Tensor) -> torch.Tensor:

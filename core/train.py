@@ -41,7 +41,7 @@ import torch
 from torch.nn import functional as F
 
 from core.attention import attention_maps
-from core.data import TokenData, get_batch
+from core.data import TokenData, answer_mask, get_batch
 from core.model import GPT
 from core.optim import configure_optimizer, learning_rate_at
 from core.sample import generate
@@ -73,7 +73,7 @@ class TrainConfig:
     device: str = "auto"  # 'auto' = cuda > mps > cpu
     compile: bool = False
     dtype: str = "auto"  # autocast: 'auto' = bfloat16 where the hardware has it natively (see autocast_dtype)
-    # Train (and evaluate) on a task corpus's answers only (TokenData's answer marks): its questions
+    # Train (and evaluate) on a task corpus's answers only (core.data.answer_mask): its questions
     # are random, and their gradients are noise that delays learning the answers about two-fold.
     answers_only: bool = False
 
@@ -123,7 +123,7 @@ class TrainEvent:
     sample: str | None = None  # decoded fresh sample, on sample steps (needs a tokenizer)
     attention: list[torch.Tensor] | None = None  # per layer (H, T, T) for the probe prompt
     probe_ids: list[int] | None = None
-    # On evaluation steps of a task corpus (TokenData.val_answers): loss and greedy accuracy on the
+    # On evaluation steps of a task corpus (TokenData.answer_tokens): loss and greedy accuracy on the
     # answer halves of validation lines, the part a model can learn; the random questions set a
     # floor under the whole-line loss that these do not have.
     answer_loss: float | None = None
@@ -194,11 +194,11 @@ class Trainer:
             raise ValueError(f"the data is too short for a context of {block_size} tokens")
         self.train_data = data.train.to(self.device)
         self.val_data = data.val.to(self.device)
-        self.val_answers = None if data.val_answers is None else data.val_answers.to(self.device)
-        # the targets each split's loss counts: all of them (None), or the answers alone
-        self._counted = {"train": None, "val": None}
+        self.answer_tokens = data.answer_tokens  # a task's separator and newline: where its answers are
+        # the targets the loss counts: all of them (None), or the answers alone (as `answer_mask` finds them)
+        self._counted = None
         if config.answers_only and _every_window_has_an_answer(data, block_size):
-            self._counted = {"train": data.train_answers.to(self.device), "val": self.val_answers}
+            self._counted = data.answer_tokens
         self.probe_ids = self._probe_ids(probe_text)
 
         self.optimizer = configure_optimizer(
@@ -289,7 +289,7 @@ class Trainer:
             rng = torch.Generator().manual_seed(self.config.seed + 2)  # the same batches every time
             total = torch.zeros((), device=self.device)
             for _ in range(self.config.eval_iters):
-                x, y = self._batch(data, rng, self._counted[split])
+                x, y = self._batch(data, rng, self._counted)
                 with self._autocast():
                     total += self._forward(x, y)[1].float()
             losses[split] = total.item() / self.config.eval_iters
@@ -299,13 +299,14 @@ class Trainer:
     @torch.no_grad()
     def answer_score(self, max_windows: int = 64) -> tuple[float, float] | None:
         """(loss, greedy accuracy) on the answer targets of the first `max_windows` non-overlapping
-        context windows of the validation split; None without answer marks (see TokenData)."""
-        if self.val_answers is None:
+        context windows of the validation split, those whose question is in the same window
+        (`answer_mask`); None for a corpus without answers (see TokenData.answer_tokens)."""
+        if self.answer_tokens is None:
             return None
         T = self.model.config.block_size
         n = min(max_windows, (len(self.val_data) - 1) // T)
         x, y = self.val_data[: n * T].view(n, T), self.val_data[1: n * T + 1].view(n, T)
-        answers = self.val_answers[: n * T].view(n, T)
+        answers = answer_mask(x, *self.answer_tokens)
         if not answers.any():
             return None
         was_training = self.model.training
@@ -372,7 +373,7 @@ class Trainer:
         lr = learning_rate_at(self.step, cfg.learning_rate, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        x, y = self._batch(self.train_data, self._batch_rng, self._counted["train"])
+        x, y = self._batch(self.train_data, self._batch_rng, self._counted)
 
         self.model.train()
         with self._private_dropout_rng(), self._autocast():
@@ -470,7 +471,7 @@ class Trainer:
     # ------------------------------------------------------------------ helpers
 
     def _batch(self, data: torch.Tensor, rng: torch.Generator,
-               answers: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               answers: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         # The generator is a CPU one on every device; indexing a device tensor with it is fine.
         return get_batch(data, self.config.batch_size, self.model.config.block_size, rng, answers)
 
@@ -510,11 +511,41 @@ class Trainer:
         return self.val_data[: min(PROBE_TOKENS, block_size)].tolist()
 
     def sample(self) -> str:
-        """A fresh sample of `sample_tokens` tokens from the probe's first token (needs a tokenizer)."""
-        prompt = torch.tensor([self.probe_ids[:1]], device=self.device)
+        """A fresh sample of about `sample_tokens` tokens (needs a tokenizer): from the probe's first
+        token; or, trained on answers alone (which never teach the questions), the model's answers
+        to validation questions, one line each."""
         rng = torch.Generator(device=self.device).manual_seed(self.config.seed + self.step)
+        if self._counted is not None:
+            return self._answers_sample(rng)
+        prompt = torch.tensor([self.probe_ids[:1]], device=self.device)
         ids = generate(self.model, prompt, self.config.sample_tokens, generator=rng)
         return self.tokenizer.decode(ids[0].tolist())
+
+    def _answers_sample(self, rng: torch.Generator) -> str:
+        """Validation lines' questions, each followed by what the model writes up to its newline."""
+        separator, newline = self.answer_tokens
+        block_size = self.model.config.block_size
+        head = self.val_data[: self.config.sample_tokens * 2].tolist()  # enough for a few lines
+        lines, written = [], 0
+        starts = [i + 1 for i, token in enumerate(head) if token == newline]
+        for start, end in zip(starts, starts[1:]):
+            # the newline before the line, then the line with its own: trained windows hold the line's
+            # start, and the copy heads find the question by it
+            line = head[start - 1:end]
+            if written >= self.config.sample_tokens:
+                break
+            if separator not in line:
+                continue
+            question = line[: line.index(separator) + 1]
+            answer_length = min(len(line) - len(question), block_size - len(question))
+            if answer_length < 1:
+                continue
+            prompt = torch.tensor([question], device=self.device)
+            answer = generate(self.model, prompt, answer_length, generator=rng)[0, len(question):].tolist()
+            answer = answer[: answer.index(newline)] if newline in answer else answer  # the line ends there
+            lines.append(self.tokenizer.decode(question[1:] + answer))
+            written += len(question) + len(answer)
+        return "\n".join(lines)
 
     def probe_attention(self) -> list[torch.Tensor]:
         """Per layer (H, T, T) attention of the probe prompt; none for stages without attention."""
@@ -544,15 +575,23 @@ class Trainer:
 
 
 def _every_window_has_an_answer(data: TokenData, block_size: int) -> bool:
-    """Whether the data marks answers and every context window holds one (a window with none
-    would have no loss to learn from); otherwise `answers_only` counts every target."""
-    if data.train_answers is None or data.val_answers is None:
+    """Whether the data has answers and every context window `get_batch` can draw counts one (a
+    window with none would have no loss to learn from); otherwise `answers_only` counts every target.
+
+    `answer_mask` counts a line's answer from its separator on when the newline before the line is
+    in the window too. So the window starting at s counts one exactly when the first line whose
+    newline is at or after s has its separator inside the window, before s + block_size (later
+    lines have later separators). One search per split, no loop over windows.
+    """
+    if data.answer_tokens is None:
         return False
-    for marks in (data.train_answers, data.val_answers):
-        where = marks.nonzero().flatten()
-        if len(where) == 0:
-            return False
-        edges = torch.cat([torch.tensor([-1]), where, torch.tensor([len(marks) - 1])])
-        if int(edges.diff().max()) > block_size:  # a run of unmarked targets longer than a window
+    separator, newline = data.answer_tokens
+    for ids in (data.train, data.val):
+        newlines, separators = (ids == newline).nonzero().flatten(), (ids == separator).nonzero().flatten()
+        before = torch.searchsorted(newlines, separators) - 1  # the newline before each separator's line
+        line_newlines, separators = newlines[before[before >= 0]], separators[before >= 0]
+        starts = torch.arange(len(ids) - block_size)  # every window get_batch can draw
+        first = torch.searchsorted(line_newlines, starts)  # each window's first line with its newline
+        if (first == len(line_newlines)).any() or (separators[first] - starts >= block_size).any():
             return False
     return True

@@ -1,4 +1,4 @@
-"""The Gradio app: four tabs over one per-session registry, launched with secure defaults.
+"""The Gradio app: five tabs over one per-session registry, launched with secure defaults.
 
     from playground.app import build_app, launch_kwargs
     from playground.settings import Settings
@@ -24,7 +24,7 @@ from playground.context import AppContext
 from playground.errors import GuardedBlocks, harden
 from playground.sessions import SessionRegistry, release_memory
 from playground.settings import Settings
-from playground.tabs import attention, baby, generate, train
+from playground.tabs import attention, baby, generate, ladder, train
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 TITLE = "Attention Playground"
@@ -38,6 +38,7 @@ TABS = (
     ("train", "Train", train),
     ("generate", "Generate", generate),
     ("attention", "Attention", attention),
+    ("ladder", "Ladder", ladder),
     ("baby", "Baby GPT", baby),
 )
 

@@ -20,7 +20,7 @@ Shared components:
   the model (empty when there is none).
 - `demo`: the `gr.Blocks` being built, e.g. for `ctx.demo.load(fn, inputs, outputs)`.
 - `tabs`: the `gr.Tabs`, so a button can switch tab (`gr.Tabs(selected="attention")`); tab ids are
-  "train", "generate", "attention", "baby".
+  "train", "generate", "attention", "ladder", "baby".
 """
 
 from __future__ import annotations

@@ -103,6 +103,7 @@ class Session:
     last_steps: list = field(default_factory=list)  # core.sample.TokenStep of last_text's tokens (Generate)
     attention: Any = None  # the Attention tab's last analysis
     baby: Any = None  # the Baby GPT tab's own state object
+    ladder: Any = None  # the Ladder tab's last climb (core.ladder.Ladder), running or done
     last_used: float = field(default_factory=time.monotonic)
     holds_model: bool = False  # has one of the registry's model slots (registry)
     browser: bool = False  # its page is open in a browser, so a heartbeat will tell us when it closes (registry)
@@ -128,10 +129,12 @@ class Session:
         return self.job_name is not None
 
     def stop_work(self) -> None:
-        """Ask a running training to stop at its next step (thread-safe, never blocks)."""
+        """Ask a running training or ladder to stop at its next step (thread-safe, never blocks)."""
         self.stop_requested = True
         if self.trainer is not None:
             self.trainer.stop()
+        if self.ladder is not None:
+            self.ladder.stop()
 
 
 def session_key(request: gr.Request | str) -> str:

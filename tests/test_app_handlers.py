@@ -429,6 +429,18 @@ def test_the_heads_slider_follows_the_stage():
     assert _heads_for_stage("multi_head")["interactive"] is True
 
 
+def test_the_layers_slider_follows_the_stage(train):
+    from playground.tabs.train import _layers_for_stage
+
+    early = _layers_for_stage("feed_forward")
+    assert early["interactive"] is False and "1 layer" in early["info"] and "value" not in early
+    assert _layers_for_stage("gpt")["interactive"] is True
+    # the stage's one layer wins over the slider's three: the preview counts one block
+    one, _ = train.preview(**{**FORM, "stage": "feed_forward", "n_layer": 1}, request="layers")
+    three, _ = train.preview(**{**FORM, "stage": "feed_forward", "n_layer": 3}, request="layers")
+    assert one == three and one.startswith("**")
+
+
 def test_a_loaded_bigram_is_called_a_bigram(ctx, tmp_path):
     from core.checkpoint import save_archive
     from core.config import stage_config

@@ -194,6 +194,33 @@ def test_a_layer_0_head_is_never_an_induction_head():
     assert "a layer-0 head cannot be one" in summary.explanation
 
 
+def test_an_induction_head_that_this_text_does_not_show_says_why():
+    # the probe's verdict stands whatever the text; the note says what this text shows instead
+    no_repeats = list(range(10))
+    quiet = summarize_heads(in_layer_1(causal_uniform(10)), no_repeats, probe_scores(2, 1, 0.8))[1]
+    assert quiet.induction_head and quiet.label != "induction" and quiet.scores["induction"] is None
+    assert "it is an induction head; this text repeats no token for it to follow" in quiet.explanation
+    weak = summarize_heads(in_layer_1(causal_uniform(len(REPEATED))), REPEATED, probe_scores(2, 1, 0.8))[1]
+    assert weak.induction_head and weak.label == "uniform"
+    assert "follows the repeats only weakly (induction score 0.00)" in weak.explanation
+    # 5 back on a text of period 6 whose first period repeats a token 3 apart: the offset fits every
+    # row, induction all but that one; the offset wins by more than a tie
+    ids = [3, 1, 4, 3, 9, 2] * 2
+    offset = summarize_heads(in_layer_1(one_hot_rows(len(ids), lambda q: max(q - 5, 0))), ids,
+                             probe_scores(2, 1, 0.8))[1]
+    assert offset.label == "fixed-offset" and offset.scores["induction"] >= 0.5
+    assert "it follows the repeats too (induction score" in offset.explanation
+    assert "but fixed-offset fits it better" in offset.explanation
+
+
+def test_a_faint_induction_head_keeps_the_probes_name_where_induction_fits_best():
+    faint = 0.45 * induction_head(REPEATED) + 0.55 * causal_uniform(len(REPEATED))
+    summary = summarize_heads(in_layer_1(faint), REPEATED, probe_scores(2, 1, 0.8))[1]
+    assert summary.induction_head and summary.label == "induction" and summary.score < 0.5
+    unconfirmed = summarize_heads(in_layer_1(faint), REPEATED, probe_scores(2, 1, 0.1))[1]
+    assert unconfirmed.label != "induction"  # without the probe's evidence it stays unnamed
+
+
 def test_without_a_probe_no_head_is_called_induction():
     summary = summarize_heads(in_layer_1(induction_head(REPEATED)), REPEATED)[1]
     assert summary.label == "fixed-offset" and summary.probe_induction is None

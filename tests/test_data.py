@@ -107,12 +107,21 @@ def test_synthetic_corpora_are_deterministic_and_tokenizable(name):
 def test_synthetic_tasks_have_their_structure():
     first = corpus_text("repeat").splitlines()[0]
     left, right = first.split("|")
-    assert left == right
+    assert left == right and len(left) == 8
     left, right = corpus_text("reverse").splitlines()[0].split(">")
     assert right == left[::-1]
     left, right = corpus_text("sort").splitlines()[0].split("=")
     assert right == "".join(sorted(left))
     assert set(corpus_text("binary")) == {"0", "1"}
+
+
+def test_the_induction_task_writes_words_of_3_to_12_distinct_letters_twice():
+    lines = corpus_text("induction").splitlines()
+    halves = [line.split("|") for line in lines]
+    assert all(len(pair) == 2 and pair[0] == pair[1] for pair in halves)
+    lengths = [len(word) for word, _ in halves]
+    assert set(lengths) == set(range(3, 13))  # every length, so no fixed offset finds the letter to copy
+    assert all(len(set(word)) == len(word) and set(word) <= set(data.LETTERS) for word, _ in halves)
 
 
 def test_unknown_corpus():
@@ -188,19 +197,45 @@ def test_text_too_short_for_the_context():
         TokenData.from_text("ab" * 100, tok, block_size=64)
 
 
-def test_answer_targets_mark_what_follows_the_separator_through_the_newline():
-    from core.data import answer_targets
-
-    tokenizer = CharTokenizer.from_text("ab|\n")
-    ids = torch.tensor(tokenizer.encode("ab|ab\nba|ba\n"))
-    marked = answer_targets(ids, tokenizer.encode("|")[0], tokenizer.encode("\n")[0])
-    # position t is marked when ids[t + 1] is an answer: the letters after "|" and the newline
-    assert "".join("x" if m else "." for m in marked.tolist()) == "..xxx...xxx."
+def marks(mask: torch.Tensor) -> str:
+    return "".join("x" if m else "." for m in mask.tolist())
 
 
-def test_task_corpora_mark_their_answers_and_other_text_does_not():
+def test_answer_mask_counts_the_answers_of_questions_the_window_holds():
+    from core.data import answer_mask
+
+    tokenizer = CharTokenizer.from_text("abcd|\n")
+    separator, newline = tokenizer.encode("|")[0], tokenizer.encode("\n")[0]
+    # position i is marked when its target, the token after it, is an answer letter or the newline
+    # that ends the answer, of a line whose newline before it is in the window
+    whole = "\nab|ab\nba|ba\n"
+    assert marks(answer_mask(torch.tensor([tokenizer.encode(whole)]), separator, newline)[0]) == "...xxx...xxx."
+    # windows that start mid-line: the first line's question is cut, so none of its answer counts,
+    # even where the separator is in the window (the letters before it were not seen)
+    cut = "b|ab\nba|ba\nc"
+    assert marks(answer_mask(torch.tensor([tokenizer.encode(cut)]), separator, newline)[0]) == ".......xxx.."
+    # the last position's target lies past the window; it is marked like any other
+    open_answer = "ab\ncd|c"
+    assert marks(answer_mask(torch.tensor([tokenizer.encode(open_answer)]), separator, newline)[0]) == ".....xx"
+    # every row of a batch on its own, no loop: the same rows stacked give the same marks
+    batch = torch.tensor([tokenizer.encode(whole[:12]), tokenizer.encode(cut)])
+    assert [marks(row) for row in answer_mask(batch, separator, newline)] == ["...xxx...xxx", ".......xxx.."]
+
+
+def test_batches_count_only_the_answers_in_view():
+    from core.data import answer_mask
+
+    text = corpus_text("induction")
+    tokenizer = CharTokenizer.from_text(text)
+    data = TokenData.from_text(text, tokenizer, 40, answer_after="|")
+    x, y = get_batch(data.train, 16, 40, torch.Generator().manual_seed(3), data.answer_tokens)
+    _, every = get_batch(data.train, 16, 40, torch.Generator().manual_seed(3))
+    counted = answer_mask(x, *data.answer_tokens)
+    assert torch.equal(y == -1, ~counted) and torch.equal(y[counted], every[counted])
+
+
+def test_task_corpora_know_their_separator_and_other_text_does_not():
     tokenizer = CharTokenizer.from_text(corpus_text("repeat"))
     data = TokenData.from_text(corpus_text("repeat"), tokenizer, 16, answer_after="|")
-    assert data.val_answers is not None and data.val_answers.shape == data.val.shape
-    assert data.val_answers.float().mean() == pytest.approx(0.5, abs=0.01)  # 9 of every 18: 8 letters, newline
-    assert TokenData.from_text(corpus_text("repeat"), tokenizer, 16).val_answers is None
+    assert data.answer_tokens == (tokenizer.encode("|")[0], tokenizer.encode("\n")[0])
+    assert TokenData.from_text(corpus_text("repeat"), tokenizer, 16).answer_tokens is None

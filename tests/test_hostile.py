@@ -270,6 +270,18 @@ def test_no_endpoint_answers_with_an_empty_error(app, api_name, data):
     app.error(api_name, data, "malformed-elsewhere")  # asserts the message is not empty
 
 
+@pytest.mark.parametrize("data, name", [
+    (["abc", 1], "Steps per rung"), ([None, 1], "Steps per rung"), ([[], 1], "Steps per rung"),
+    ([{}, 1], "Steps per rung"), ([math.nan, 1], "Steps per rung"), ([1e9, 1], "Steps per rung"),
+    ([-5, 1], "Steps per rung"), ([150.5, 1], "Steps per rung"), ([100, math.inf], "Seed"), ([100, -1], "Seed"),
+    ([100, 2**64], "Seed"), ([100, "x"], "Seed"),
+])
+def test_every_ladder_field_answers_bad_values_with_its_name_and_nothing_climbs(running_app, app, data, name):
+    assert name in app.error("ladder", data, "hostile-climber")
+    session = running_app[0].registry.peek("hostile-climber")
+    assert session is None or session.ladder is None
+
+
 def test_a_tiny_temperature_samples_the_likeliest_tokens(app):
     app.ok("train", form(steps=200), "cold")
     _, text, _ = app.ok("generate", ["qwhzbkad|", 8, 1e-300, 0, 1.0, 1], "cold")
@@ -334,3 +346,45 @@ def test_gradio_state_of_refused_and_idle_hashes_is_swept():
         while demo.registry.counts()["sessions"] and time.monotonic() < deadline:
             time.sleep(0.2)
         assert demo.registry.counts()["sessions"] == 0  # and the sweeping goes on
+
+
+# ---------------------------------------------------------------- 8. inside a head: steps, knock-outs, lens, export
+
+
+@pytest.fixture(scope="module")
+def analysed(app):
+    """A session with a trained tiny model (1 layer, 2 heads) and a text analysed."""
+    app.ok("train", form(), "inside")
+    app.ok("attention", ["qwhzbkad|qwhzbkad"], "inside")
+    return "inside"
+
+
+@pytest.mark.parametrize("api_name, data, name", [
+    ("head_steps", [1e9, 0, 0, False, False], "Layer"), ("head_steps", ["x", 0, 0, False, False], "Layer"),
+    ("head_steps", [0, -3, 0, False, False], "Head"), ("head_steps", [0, 0, 10**12, False, False], "Query token"),
+    ("head_steps", [0, 0, math.nan, False, False], "Query token"), ("head_steps", [0, 0, 0, "yes", False], "÷√d"),
+    ("head_steps", [0, 0, 0, False, {"a": 1}], "Without the mask"), ("head_steps", [0, 0], "inputs"),
+    ("ablate", ["L0 H0", "zero"], "Heads must be a list"), ("ablate", [["L0 H0"] * 10_000, "zero"], "Heads lists"),
+    ("ablate", [["L0 H0", "L0 H0"], "zero"], "listed twice"), ("ablate", [["L5 H0"], "zero"], "no L5 H0"),
+    ("ablate", [[None], "zero"], "Heads"), ("ablate", [["L0 H0"], "max"], "Mode"), ("ablate", [{}, None], "Mode"),
+    ("head_importance", ["../../etc"], "Mode"), ("logit_lens", [1e9], "Top predictions"),
+    ("logit_lens", ["x"], "Top predictions"), ("logit_lens", [-1], "Top predictions"),
+])
+def test_every_inside_field_answers_bad_values_with_its_name(app, analysed, api_name, data, name):
+    assert name in app.error(api_name, data, analysed)
+
+
+def test_the_inside_tools_answer_and_export_under_the_servers_names(app, analysed):
+    note, table, vectors = app.ok("head_steps", [0, 1, 15, True, True], analysed)  # the context: 16 tokens
+    assert "Layer 0, head 1" in note and json.loads(table["plot"])["data"][0]["x"][3] == "softmax"
+    assert "the loss on the analysed text" in app.ok("ablate", [["L0 H1"], "mean"], analysed)[0]
+    assert json.loads(app.ok("head_importance", ["mean"], analysed)[0]["plot"])["data"][0]["type"] == "heatmap"
+    assert "really comes next" in app.ok("logit_lens", [3], analysed)[0]
+    hostile = "../" * 6 + "tmp/inside-export"
+    app.ok("train", form(), hostile)
+    app.ok("attention", ["qwhzbkad|"], hostile)
+    _, files = app.ok("attention_export", [], hostile)
+    names = sorted(Path(f["path"]).name for f in files)
+    assert names == ["attention-analysis.json", "attention-weights.csv", "attention-weights.npy"]
+    assert all("inside-export" not in f["path"] and ".." not in f["path"] for f in files)
+    assert "Analyse a text first" in app.error("logit_lens", [5], "never-analysed")

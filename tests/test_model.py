@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from core import GPT, STAGES, GPTConfig, capture_attention, stage_config
-from core.config import STAGE_DESCRIPTIONS
+from core.config import stage_of
 
 
 def small_config(**overrides) -> GPTConfig:
@@ -175,12 +175,49 @@ def test_every_stage_builds_trains_and_has_its_parts():
         assert (counts["position_embedding"] > 0) == (stage != "bigram")
         assert (counts["attention"] > 0) == (stage not in ("bigram", "positions"))
         assert (counts["feed_forward"] > 0) == (stage in ("feed_forward", "gpt"))
-        assert isinstance(STAGE_DESCRIPTIONS[stage], str)
+        assert STAGES[stage].title and STAGES[stage].description
+        # the lecture's early stages: one layer at PyTorch's initialisation; the GPT keeps the sizes given
+        assert len(model.blocks) == (2 if stage == "gpt" else int(counts["blocks"] > 0))
     assert stage_config("one_head", vocab_size=17).n_head == 1
     # each stage adds parameters to the last (one head and many heads have the same count)
     order = list(STAGES)
     assert all(sizes[a] <= sizes[b] for a, b in zip(order, order[1:]))
     assert sizes["bigram"] < sizes["positions"] < sizes["one_head"] < sizes["feed_forward"] < sizes["gpt"]
+
+
+def test_every_stage_starts_with_a_signal_to_learn_from():
+    """Without residual connections GPT-2's N(0, 0.02) weights shrink the signal about 50-fold per
+    linear layer: logits at initialisation were ~1e-10 apart and the feed-forward stage never learned.
+    The early stages use PyTorch's initialisation, as the lecture does."""
+    idx = torch.randint(65, (4, 32))
+    for stage in STAGES:
+        model = GPT(stage_config(stage, vocab_size=65, block_size=32, n_layer=4, n_head=4, n_embd=128))
+        assert model(idx)[0].std() > 1e-2, stage
+    starved = GPT(GPTConfig(**{**stage_config("feed_forward", vocab_size=65, block_size=32, n_embd=128).to_dict(),
+                               "init": "gpt2"}))
+    assert starved(idx)[0].std() < 1e-4
+
+
+def test_pytorch_initialisation_is_drawn_from_the_generator():
+    config = stage_config("feed_forward", vocab_size=11, block_size=8, n_head=2, n_embd=16)
+    torch.manual_seed(1)
+    a = GPT(config, generator=torch.Generator().manual_seed(5))
+    torch.manual_seed(2)
+    b = GPT(config, generator=torch.Generator().manual_seed(5))
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    bound = 1 / 16**0.5  # nn.Linear's own default: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    weight = a.blocks[0].attn.qkv.weight
+    assert weight.abs().max() <= bound and weight.std() > 0.8 * bound / 3**0.5
+    assert 0.8 < a.token_embedding.weight.std() < 1.2  # nn.Embedding's default N(0, 1)
+
+
+def test_stage_of_names_each_stage_and_nothing_else():
+    for stage in STAGES:
+        assert stage_of(stage_config(stage, vocab_size=5, n_head=4)) == stage
+    assert stage_of(stage_config("multi_head", vocab_size=5, n_head=1)) == "one_head"
+    assert stage_of(GPTConfig(vocab_size=5, use_residual=False)) is None  # four layers, GPT-2 init: a custom mix
+    with pytest.raises(ValueError, match="init"):
+        GPTConfig(init="xavier")
 
 
 def test_bigram_stage_ignores_context():
@@ -207,3 +244,43 @@ def test_a_seeded_generator_gives_the_same_weights_whatever_the_global_rng():
     assert not torch.equal(a.token_embedding.weight, c.token_embedding.weight)
     # the projections into the residual stream are drawn narrower, as in GPT-2
     assert a.blocks[0].attn.proj.weight.std() < 0.7 * a.blocks[0].attn.qkv.weight.std()
+
+
+# ---------------------------------------------------------------- break-it switches
+
+
+def test_without_the_causal_mask_a_position_sees_the_future():
+    config = dict(vocab_size=17, block_size=16, n_layer=2, n_head=4, n_embd=32)
+    idx = torch.randint(17, (1, 12))
+    later = idx.clone()
+    later[0, 9] = (later[0, 9] + 1) % 17  # change one later token
+    for causal in (True, False):
+        model = GPT(GPTConfig(**config, causal=causal), generator=torch.Generator().manual_seed(0)).eval()
+        changed = not torch.allclose(model(idx)[0][0, 4], model(later)[0][0, 4])
+        assert changed == (not causal)  # position 4's logits move only when it can see position 9
+        _, _, patterns = model(idx, return_attention=True)
+        upper = patterns[0][0].triu(diagonal=1)  # weights on keys after the query
+        assert (upper.abs().max() > 0) == (not causal)
+        # the fused path (nobody looking) and the explicit path agree
+        assert torch.allclose(model(idx)[0], model(idx, return_attention=True)[0], atol=1e-5)
+
+
+def test_without_scaling_the_scores_are_not_divided_by_sqrt_d():
+    config = dict(vocab_size=17, block_size=16, n_layer=1, n_head=2, n_embd=32)
+    idx = torch.randint(17, (1, 10))
+    scaled = GPT(GPTConfig(**config), generator=torch.Generator().manual_seed(1)).eval()
+    raw = GPT(GPTConfig(**config, scale_attention=False), generator=torch.Generator().manual_seed(1)).eval()
+    attn = scaled.blocks[0].attn
+    x = scaled.blocks[0].ln1(scaled.token_embedding(idx) + scaled.position_embedding(torch.arange(10)))
+    q, k, _ = attn.qkv(x).split(32, dim=2)
+    q, k = (t.view(1, 10, 2, 16).transpose(1, 2) for t in (q, k))
+    scores = (q @ k.transpose(-2, -1)).masked_fill(~torch.ones(10, 10, dtype=torch.bool).tril(), float("-inf"))
+    for model, divide in ((scaled, 16**0.5), (raw, 1.0)):
+        _, _, patterns = model(idx, return_attention=True)
+        assert torch.allclose(patterns[0], torch.softmax(scores / divide, -1), atol=1e-6)
+        assert torch.allclose(model(idx)[0], model(idx, return_attention=True)[0], atol=1e-5)
+
+
+def test_switches_must_be_booleans():
+    with pytest.raises(ValueError, match="causal must be True or False"):
+        GPTConfig(causal="no")

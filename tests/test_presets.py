@@ -1,15 +1,20 @@
 """Presets: every one builds valid configs for its corpus; overrides go where they belong."""
 
 import pytest
+import torch
 
+from core.attention import is_induction_head, probe_induction
+from core.babygpt import StateSpace, next_token_probs
 from core.config import GPTConfig
-from core.data import CORPORA
+from core.data import CORPORA, TokenData
+from core.model import GPT
 from core.presets import PRESETS, get_preset, preset_configs, preset_corpus
-from core.train import TrainConfig
+from core.train import TrainConfig, Trainer
 
 
 def test_the_required_presets_exist():
-    assert {"shakespeare-char-cpu", "shakespeare-char", "baby-gpt", "repeat", "reverse", "sort"} <= set(PRESETS)
+    required = {"shakespeare-char-cpu", "shakespeare-char", "binary", "repeat", "induction", "reverse", "sort"}
+    assert required <= set(PRESETS)
     # one preset per synthetic corpus
     assert {p.corpus for p in PRESETS.values()} == set(CORPORA)
 
@@ -24,7 +29,7 @@ def test_every_preset_builds(name):
     assert model.vocab_size == 50
 
 
-@pytest.mark.parametrize("name", ["baby-gpt", "repeat", "reverse", "sort"])
+@pytest.mark.parametrize("name", ["binary", "repeat", "induction", "reverse", "sort"])
 def test_synthetic_corpora_fit_their_presets(name):
     text, tokenizer = preset_corpus(name)
     model, _ = preset_configs(name, tokenizer.vocab_size)
@@ -45,12 +50,44 @@ def test_shakespeare_cpu_is_nanogpts_recipe():
     assert gpu_model.tie_weights and not gpu_model.bias
 
 
-def test_baby_gpt():
-    model, train = preset_configs("baby-gpt", vocab_size=2)
-    assert (model.n_layer, model.n_head, model.n_embd, model.block_size) == (4, 4, 16, 3)
-    assert not (model.bias or model.qkv_bias or model.lm_head_bias)
-    assert (train.learning_rate, train.weight_decay, train.max_iters) == (1e-3, 0.1, 50)
-    assert get_preset("baby-gpt").corpus == "binary"
+def test_binary_preset_does_what_its_description_says():
+    """The baby GPT's model in random batches: 1 is common everywhere first; by its last step 101 -> 1
+    is near certain and 111 is near even, as the data has it (the description's figures)."""
+    text, tokenizer = preset_corpus("binary")
+    model_config, train = preset_configs("binary", tokenizer.vocab_size, device="cpu")
+    assert (model_config.n_layer, model_config.n_head, model_config.n_embd, model_config.block_size) == (4, 4, 16, 3)
+    torch.manual_seed(train.seed)
+    model = GPT(model_config)
+    trainer = Trainer(model, TokenData.from_text(text, tokenizer, model_config.block_size), train)
+    chains = {}
+    for event in trainer.run():
+        if event.step in (60, train.max_iters) and not event.done:
+            probs = next_token_probs(model.eval(), StateSpace(2, 3))[:, 1]  # p(next = 1) per state 000..111
+            chains[event.step] = dict(zip(StateSpace(2, 3).labels(), probs.tolist()))
+            model.train()
+    early, late = chains[60], chains[train.max_iters]
+    assert max(early.values()) - min(early.values()) < 0.1  # the unigram: about the same in every state
+    assert late["101"] > 0.9 and late["011"] > 0.9 and 0.35 < late["111"] < 0.75
+
+
+def test_the_induction_preset_grows_an_induction_head():
+    """The phase change its description promises, on the app's seed: a plateau, then within a few hundred
+    steps every answer right and the probe (fresh random tokens written twice) names the layer-1 head.
+    The first 400 of its 1,200 steps, in float32 so every CPU takes the same path (about 10 s)."""
+    text, tokenizer = preset_corpus("induction")
+    model_config, train = preset_configs("induction", tokenizer.vocab_size, device="cpu", dtype="float32")
+    assert (model_config.n_layer, model_config.n_head) == (2, 1) and train.answers_only
+    data = TokenData.from_text(text, tokenizer, model_config.block_size, answer_after=CORPORA["induction"].answer_after)
+    model = GPT(model_config, generator=torch.Generator().manual_seed(train.seed))  # as the Train tab makes it
+    trainer = Trainer(model, data, train)
+    assert trainer._counted == data.answer_tokens  # every window holds an answer: the loss counts answers only
+    scored = {event.step: event for event in trainer.run(until=400) if event.answer_accuracy is not None}
+    assert scored[100].val_loss > 2.5 and scored[100].answer_accuracy < 0.3  # the plateau: guessing
+    assert scored[400].val_loss < 0.3 and scored[400].answer_accuracy > 0.95  # after the phase change
+    probe = probe_induction(model)
+    assert not is_induction_head(0, float(probe[0, 0])) and is_induction_head(1, float(probe[1, 0]))
+    # and the repeat preset's head reads position: one layer, no head the probe could call induction
+    assert preset_configs("repeat", tokenizer.vocab_size)[0].n_layer == 1
 
 
 def test_overrides_go_to_the_right_config():

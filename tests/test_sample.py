@@ -48,6 +48,18 @@ def test_every_stage_decodes_the_same_with_and_without_cache(stage):
     assert torch.equal(generate(model, idx, 20, temperature=0), generate(model, idx, 20, temperature=0, use_cache=False))
 
 
+def test_a_model_without_the_causal_mask_decodes_without_a_cache():
+    """Its earlier tokens' keys change as later tokens arrive, so no cache stays valid: generate
+    re-runs the window every token, the same whether a cache was asked for or not."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=32, causal=False)).eval()
+    idx = torch.randint(16, (1, 3))
+    cached = generate(model, idx, 12, temperature=0)
+    assert torch.equal(cached, generate(model, idx, 12, temperature=0, use_cache=False))
+    window = cached[:, :6]  # each token is the argmax of a full, unmasked pass over the window before it
+    assert cached[0, 6] == model(window)[0][0, -1].argmax()
+
+
 def test_cache_refills_once_per_half_window(model):
     lengths = []
     handle = model.token_embedding.register_forward_hook(lambda m, args, out: lengths.append(args[0].size(1)))

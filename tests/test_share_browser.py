@@ -136,8 +136,8 @@ def test_a_plain_address_shows_no_note_and_a_picked_preset_fills_the_form(open_l
     assert not page.locator("#link-note").is_visible()
     assert not number(page, "Layers").is_disabled()
     page.locator("#train-settings input").first.click()
-    page.get_by_role("option", name=PRESETS["baby-gpt"].title).click()
+    page.get_by_role("option", name=PRESETS["binary"].title).click()
     wait_for(lambda: number(page, "Block size (context)").input_value() == "3", what="the preset's context")
     assert number(page, "Layers").input_value() == "4"
-    assert shared_link(page).endswith("/?preset=baby-gpt&seed=1337")
+    assert shared_link(page).endswith("/?preset=binary&seed=1337")
     assert_no_errors(page)

@@ -29,7 +29,7 @@ from gradio.components.plot import PlotData
 from core.checkpoint import load as load_checkpoint_file
 from core.checkpoint import load_trainer_state
 from core.checkpoint import save_archive
-from core.config import STAGE_DESCRIPTIONS, STAGES, GPTConfig, stage_of
+from core.config import STAGES, GPTConfig, stage_of
 from core.data import CORPORA, TokenData, corpus_text, default_tokenizer, load_shakespeare, read_text_file
 from core.data import DataError, check_user_text
 from core.model import GPT
@@ -49,7 +49,7 @@ CORPUS_CHOICES = [(info.title, name) for name, info in CORPORA.items()] + [
     ("Paste your own text", PASTE), ("Upload a .txt file", UPLOAD),
 ]
 TOKENIZER_CHOICES = [("Characters", "char"), ("GPT-2 BPE (50,257 tokens)", "gpt2")]
-STAGE_CHOICES = [(f"{i + 1}. {STAGE_DESCRIPTIONS[name]}", name) for i, name in enumerate(STAGES)]
+STAGE_CHOICES = [(f"{i + 1}. {stage.title}: {stage.description}", name) for i, (name, stage) in enumerate(STAGES.items())]
 UI_INTERVAL_S = 0.25  # live view refresh: 4 a second, so a long run never floods the browser
 # Up to this many trainings per compute slot refresh at the rates here; beyond, every refresh comes
 # proportionally less often, so sixty learners' refreshes cost the server no more than four's on two
@@ -147,8 +147,9 @@ class Recipe:
     def configs(self, vocab_size: int):
         """(GPTConfig, TrainConfig) from the preset, overridden by this recipe."""
         with validate.user_errors():
-            # A stage's switches win over the sliders (the one-head stage forces n_head=1).
-            return preset_configs(self.preset, vocab_size, **{**self.model, **STAGES[self.stage], **self.train})
+            # A stage's options win over the sliders (the one-head stage forces n_head=1).
+            return preset_configs(self.preset, vocab_size, **{**self.model, **STAGES[self.stage].options,
+                                                              **self.train})
 
     @property
     def corpus_title(self) -> str:
@@ -602,11 +603,21 @@ def _discard(session: Session) -> None:
 
 def _heads_for_stage(stage: str):
     """The Heads slider as the stage uses it: fixed at 1 for one head, idle without attention."""
-    options = STAGES[validate.choice(stage, "Stage", STAGES)]
+    options = STAGES[validate.choice(stage, "Stage", STAGES)].options
     if "n_head" in options:
         return gr.update(value=options["n_head"], interactive=False, info="this stage has exactly one head")
     if not options.get("use_attention", True):
         return gr.update(interactive=False, info="no attention at this stage")
+    return gr.update(interactive=True, info=None)
+
+
+def _layers_for_stage(stage: str):
+    """The Layers slider as the stage uses it: idle where the stage fixes the depth (its value stays,
+    for the stages that take it)."""
+    options = STAGES[validate.choice(stage, "Stage", STAGES)].options
+    if "n_layer" in options:
+        return gr.update(interactive=False, info=f"this stage has {options['n_layer']} layer, as in the lecture: "
+                                                 "without residual connections, stacked layers do not train")
     return gr.update(interactive=True, info=None)
 
 
@@ -788,8 +799,9 @@ def build(ctx: AppContext) -> TrainHandlers:
     form["corpus"].change(handlers.describe_setup, [form["preset"], form["corpus"]], shown["preset_info"],
                           api_visibility="private", **cheap)
     view = gr.State(share.View())  # the groups the page's link hid and locked
-    form["stage"].change(share.keeping_locks(_heads_for_stage, "n_head"), [form["stage"], view], form["n_head"],
-                         api_visibility="private", **cheap)
+    for field, fixed_by_stage in (("n_head", _heads_for_stage), ("n_layer", _layers_for_stage)):
+        form["stage"].change(share.keeping_locks(fixed_by_stage, field), [form["stage"], view], form[field],
+                             api_visibility="private", **cheap)
     previewed = [form[name] for name in ("corpus", "tokenizer", "stage", "n_layer", "n_head", "n_embd",
                                          "block_size", "dropout", "upload")]
     # The live count and whether Train continues; also after training and Stop (the model changed).

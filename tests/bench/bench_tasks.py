@@ -1,19 +1,26 @@
 """Do the synthetic-task presets really train to crisp attention patterns, and how fast?
 
-    python tests/bench/bench_tasks.py                 # repeat, reverse, sort with their presets
+    python tests/bench/bench_tasks.py                 # repeat, induction, reverse, sort with their presets
     python tests/bench/bench_tasks.py repeat --set n_embd=32 --set max_iters=400
+    python tests/bench/bench_tasks.py induction --seeds 1337,1,2 --set eval_interval=25
 
 For each task: wall time, validation loss, greedy accuracy on the deterministic second half of
 each line, and the attention score of the best head for the pattern the task needs:
 
-- repeat: the induction target, the token after the earlier copy of the current token (i - w
-  for a word of w letters; every word has 8 letters, so a fixed-offset head finds it too)
+- repeat, induction: the induction target, the token after the earlier copy of the current token
+  (i - w for a word of w letters; every `repeat` word has 8 letters, so a fixed-offset head finds
+  it too; `induction` words have 3 to 12)
 - reverse: the anti-diagonal, the mirror position in the first half (15 - i within a line)
 - sort: the attention mass on first-half positions holding the digit written next
 
 A score near 1 means one head puts (almost) all its attention where the task says it should;
 "best head per query" lets a different head serve each position of the line (a pattern split
 across heads, which the UI shows as several crisp partial diagonals).
+
+Every evaluation also prints the induction probe, the Attention tab's test on fresh text
+(`core.attention.probe_induction`: random tokens written twice, at two repeat lengths): the best
+score of a head past layer 0, which `is_induction_head` calls an induction head from 0.5 on. The
+phase change is the first evaluation at which the second-half accuracy passes 0.5.
 """
 
 from __future__ import annotations
@@ -27,19 +34,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
+from core.attention import is_induction_head, probe_induction  # noqa: E402
 from core.data import CORPORA, TokenData  # noqa: E402
 from core.model import GPT  # noqa: E402
 from core.presets import preset_configs, preset_corpus  # noqa: E402
 from core.train import Trainer  # noqa: E402
 
-SEPARATORS = {"repeat": "|", "reverse": ">", "sort": "="}
+PHASE_CHANGE = 0.5  # the second-half accuracy that marks the phase change
 
 
 def targets(task: str, line: torch.Tensor, word: int) -> list[tuple[int, list[int]]]:
     """(query offset, key offsets the task needs) for the queries that predict the second half
     of a line whose first half has `word` tokens."""
     queries = range(word, 2 * word)  # the separator and the second-half letters predict the next letter
-    if task == "repeat":
+    if task in ("repeat", "induction"):
         return [(i, [i - word]) for i in queries]
     if task == "reverse":
         return [(i, [2 * word - 1 - i]) for i in queries]
@@ -49,31 +57,51 @@ def targets(task: str, line: torch.Tensor, word: int) -> list[tuple[int, list[in
 
 @torch.no_grad()
 def measure(task: str, model: GPT, val: torch.Tensor, newline: int, separator: int,
-            n_lines: int = 200) -> tuple[float, float, float]:
+            n_lines: int = 200) -> tuple[float, float, float, str]:
     """(greedy accuracy on second halves, best head's mean attention on the task's targets,
-    the same with the best head chosen per query: a pattern split across heads)."""
+    the same with the best head chosen per query: a pattern split across heads, the best head
+    as 'L1 H0').
+
+    Each window starts at the newline before a line, so the model sees where the line starts, as
+    in training (the loss counts a line's answers only with its newline in the window)."""
     T = model.config.block_size
     val = val.to(next(model.parameters()).device)
-    starts = (val == newline).nonzero().flatten()[:n_lines] + 1  # each line starts after a newline
+    starts = (val == newline).nonzero().flatten()[:n_lines]
     windows = torch.stack([val[s: s + T] for s in starts.tolist() if s + T <= len(val)])
     logits, _, patterns = model(windows, return_attention=True)  # patterns: per layer (B, H, T, T)
     predicted = logits.argmax(-1)
     heads = torch.cat(patterns, dim=1)  # (B, L * H, T, T)
     correct, on_target = [], []  # per query: right or not; (L * H,) attention on the task's targets
-    for b, line in enumerate(windows):
+    for b, window in enumerate(windows):
+        line = window[1:]  # after the newline: offsets in the line are positions - 1 in the window
         word = (line == separator).nonzero()[0].item()
         for i, keys in targets(task, line, word):
-            correct.append(predicted[b, i] == line[i + 1])
-            on_target.append(heads[b, :, i, keys].sum(-1))
+            correct.append(predicted[b, i + 1] == line[i + 1])
+            on_target.append(heads[b, :, i + 1, [k + 1 for k in keys]].sum(-1))
     on_target = torch.stack(on_target)  # (queries, L * H)
-    return (torch.stack(correct).float().mean().item(), on_target.mean(0).max().item(),
-            on_target.max(1).values.mean().item())
+    per_head = on_target.mean(0)
+    best = int(per_head.argmax())
+    return (torch.stack(correct).float().mean().item(), per_head[best].item(),
+            on_target.max(1).values.mean().item(), f"L{best // model.config.n_head} H{best % model.config.n_head}")
+
+
+def induction_probe(model: GPT) -> str:
+    """The Attention tab's verdict: the best probe score past layer 0 and the induction heads."""
+    scores = probe_induction(model)
+    if scores is None:
+        return "probe - (the context is too short for it)"
+    if scores.size(0) < 2:
+        return "probe - (one layer: no head can be an induction head)"
+    heads = [f"L{layer} H{head}" for layer in range(1, scores.size(0)) for head in range(scores.size(1))
+             if is_induction_head(layer, float(scores[layer, head]))]
+    return f"probe {scores[1:].max().item():.2f} (induction heads: {', '.join(heads) or 'none'})"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("tasks", nargs="*", default=["repeat", "reverse", "sort"])
+    parser.add_argument("tasks", nargs="*", default=["repeat", "induction", "reverse", "sort"])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="preset override")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds, one run each (default: the preset's)")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (default: cpu)")
     args = parser.parse_args()
@@ -83,23 +111,36 @@ def main() -> None:
     for item in args.set:
         key, _, value = item.partition("=")
         overrides[key] = ast.literal_eval(value)  # numbers and booleans from the command line
+    seeds = [int(seed) for seed in args.seeds.split(",")] if args.seeds else [None]
     for task in args.tasks:
-        text, tokenizer = preset_corpus(task)
-        model_config, train_config = preset_configs(task, tokenizer.vocab_size, **{"device": args.device, **overrides})
-        data = TokenData.from_text(text, tokenizer, model_config.block_size, answer_after=CORPORA[task].answer_after)
-        torch.manual_seed(train_config.seed)
-        model = GPT(model_config)
-        newline, separator = tokenizer.encode("\n" + SEPARATORS[task])
-        for event in Trainer(model, data, train_config).run():
-            if event.val_loss is not None and not event.done:
-                accuracy, score, per_query = measure(task, model.eval(), data.val, newline, separator)
-                model.train()
-                print(f"  {task} step {event.step:4d} val loss {event.val_loss:.3f} second-half accuracy "
-                      f"{accuracy:.3f} best head {score:.3f} best head per query {per_query:.3f}", flush=True)
-        accuracy, score, per_query = measure(task, model.eval(), data.val, newline, separator)
-        print(f"{task}: {event.elapsed:.1f} s of training for {train_config.max_iters} steps "
-              f"({model.parameter_counts()['total']:,} parameters); second-half accuracy {accuracy:.3f}, "
-              f"best head {score:.3f}, best head per query {per_query:.3f}", flush=True)
+        for seed in seeds:
+            run(task, {"device": args.device, **overrides, **({} if seed is None else {"seed": seed})})
+
+
+def run(task: str, overrides: dict) -> None:
+    """Train one preset (as the app does: weights and batches from the seed), printing each evaluation."""
+    text, tokenizer = preset_corpus(task)
+    model_config, train_config = preset_configs(task, tokenizer.vocab_size, **overrides)
+    data = TokenData.from_text(text, tokenizer, model_config.block_size, answer_after=CORPORA[task].answer_after)
+    model = GPT(model_config, generator=torch.Generator().manual_seed(train_config.seed))
+    newline, separator = tokenizer.encode("\n" + CORPORA[task].answer_after)
+    phase_change = None
+    for event in Trainer(model, data, train_config).run():
+        if event.val_loss is not None and not event.done:
+            accuracy, score, per_query, best = measure(task, model.eval(), data.val, newline, separator)
+            probe = induction_probe(model)
+            model.train()
+            if phase_change is None and accuracy >= PHASE_CHANGE:
+                phase_change = event.step
+            answers = "" if event.answer_accuracy is None else f"answer accuracy {event.answer_accuracy:.3f} "
+            print(f"  {task} seed {train_config.seed} step {event.step:4d} val loss {event.val_loss:.3f} {answers}"
+                  f"second-half accuracy {accuracy:.3f} best head {score:.3f} ({best}) best head per query "
+                  f"{per_query:.3f} {probe}", flush=True)
+    accuracy, score, per_query, best = measure(task, model.eval(), data.val, newline, separator)
+    print(f"{task} seed {train_config.seed}: {event.elapsed:.1f} s of training for {train_config.max_iters} steps "
+          f"({model.parameter_counts()['total']:,} parameters); second-half accuracy {accuracy:.3f} "
+          f"(phase change at step {phase_change}), best head {score:.3f} ({best}), best head per query "
+          f"{per_query:.3f}, {induction_probe(model)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,89 @@
+"""Attention over training: every head's map on a probe text, snapshot after snapshot, in bounded
+memory; each head's pattern scores at every snapshot; the moment an induction head forms.
+
+    movie = AttentionMovie(probe_ids, max_bytes=2 * 2**20)
+    for event in trainer.run():
+        if not event.done and movie.wants(event.step):
+            movie.add(event.step, trainer.probe_attention())
+    movie.frames[-1].maps                  # (L, H, T, T) float16, the last snapshot
+    steps, induction = movie.score_curve("induction")   # (F,) steps and (F, L, H) scores
+    onset = induction_onset(movie)         # the first step from which an induction head stays formed
+
+When the snapshots outgrow `max_bytes`, every other one is dropped and snapshots are taken half
+as often: the movie always spans the whole run, ever more coarsely.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from core.attention import STRONG_PATTERN, pattern_scores
+
+MOVIE_BYTES = 2 * 2**20  # a session's snapshots: 2 MiB (sixty learners: 120 MiB at most)
+SCORED = ("previous-token", "first-token", "induction")  # the scores drawn under the loss curve
+
+
+@dataclass(frozen=True)
+class Frame:
+    step: int
+    maps: torch.Tensor  # (L, H, T, T) float16: half the memory, about 3 significant digits
+    scores: dict[str, torch.Tensor | None]  # pattern -> (L, H) chance-corrected score; None: the probe cannot show it
+
+
+class AttentionMovie:
+    """Snapshots of attention on `probe_ids` taken every `every` steps (doubling as memory fills)."""
+
+    def __init__(self, probe_ids: list[int], every: int = 1, max_bytes: int = MOVIE_BYTES) -> None:
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive integer, got {every!r}")
+        self.probe_ids = list(probe_ids)
+        self.every = every
+        self.max_bytes = max_bytes
+        self.frames: list[Frame] = []
+
+    @property
+    def nbytes(self) -> int:
+        return sum(frame.maps.numel() * frame.maps.element_size() for frame in self.frames)
+
+    def wants(self, step: int) -> bool:
+        """Whether a snapshot at `step` would be kept (compute the maps only then)."""
+        return step % self.every == 0
+
+    def add(self, step: int, maps: list[torch.Tensor] | torch.Tensor) -> None:
+        """Keep the snapshot at `step`: per layer (H, T, T) maps, or one (L, H, T, T) tensor."""
+        stacked = (torch.stack(list(maps)) if not isinstance(maps, torch.Tensor) else maps).float().cpu()
+        scores = {name: None if result is None else result[1]
+                  for name, result in pattern_scores(stacked, self.probe_ids).items() if name in SCORED}
+        frame = Frame(step, stacked.half(), scores)
+        if frame.maps.numel() * frame.maps.element_size() > self.max_bytes:
+            raise ValueError(f"one snapshot takes {frame.maps.numel() * 2:,} bytes, more than the movie's "
+                             f"{self.max_bytes:,}: use a shorter probe or a larger budget")
+        self.frames.append(frame)
+        while self.nbytes > self.max_bytes:  # thin out, keeping the first and the newest frames
+            self.frames = self.frames[:-1][::2] + self.frames[-1:]
+            self.every *= 2
+
+    def score_curve(self, pattern: str) -> tuple[list[int], torch.Tensor] | None:
+        """Each frame's step and the (F, L, H) scores of `pattern`; None where the probe cannot show it."""
+        if pattern not in SCORED:
+            raise ValueError(f"pattern must be one of {SCORED}, got {pattern!r}")
+        kept = [frame for frame in self.frames if frame.scores[pattern] is not None]
+        if not kept:
+            return None
+        return [frame.step for frame in kept], torch.stack([frame.scores[pattern] for frame in kept])
+
+
+def induction_onset(movie: AttentionMovie, threshold: float = STRONG_PATTERN) -> int | None:
+    """The step of the first snapshot from which some head past layer 0 (where an induction head
+    can compose with an earlier one) keeps an induction score of at least `threshold` on the probe
+    to the end of the movie; None if none does."""
+    curve = movie.score_curve("induction")
+    if curve is None or curve[1].size(1) < 2:
+        return None
+    steps, scores = curve
+    best = scores[:, 1:].flatten(1).max(dim=1).values  # (F,) the strongest candidate per snapshot
+    below = (best < threshold).nonzero().flatten()
+    first = 0 if len(below) == 0 else int(below[-1]) + 1
+    return steps[first] if first < len(steps) else None

@@ -1,0 +1,78 @@
+"""The seeds' ladder: each rung at the lecture's sizes, trained in turn, stoppable, from the command line."""
+
+import json
+import math
+
+import pytest
+
+from core.__main__ import main
+from core.config import STAGES
+from core.data import load_shakespeare
+from core.ladder import LECTURE_MODEL, Ladder, ladder_configs, ladder_data
+
+TEXT = load_shakespeare()[:60_000]  # enough for every rung to learn a little in a few steps
+
+
+@pytest.fixture(scope="module")
+def data():
+    return ladder_data(TEXT)
+
+
+def test_rungs_are_the_stages_at_the_lectures_sizes():
+    for stage in STAGES:
+        model, train = ladder_configs(stage, vocab_size=65, steps=500, seed=3)
+        assert (model.n_embd, model.block_size, model.activation) == (32, 32, "relu")
+        assert (train.batch_size, train.learning_rate, train.min_lr, train.max_iters) == (16, 1e-3, 1e-3, 500)
+        assert train.seed == 3 and train.eval_interval == 25  # 20 points on each curve
+        # the early rungs are one layer as the lecture builds them; the last is three blocks
+        assert model.n_layer == (LECTURE_MODEL["n_layer"] if stage == "gpt" else 1)
+        assert model.n_head == (1 if stage == "one_head" else 4)
+
+
+def test_a_climb_trains_every_rung_in_order_and_repeats_exactly(data):
+    first = Ladder(*data, steps=30, seed=5, eval_iters=4, device="cpu")
+    events = list(first.climb())
+    assert [rung.stage for rung in first.rungs] == list(STAGES)
+    assert [e.stage for e in events if e.rung] == list(STAGES)
+    assert all(e.index == list(STAGES).index(e.stage) and e.total == len(STAGES) for e in events)
+    for rung in first.rungs:
+        assert rung.steps == 30 and not rung.stopped and math.isfinite(rung.val_loss)
+        assert rung.val_loss < math.log(65)  # every rung learned something, none is dead
+        assert [step for step, _ in rung.curve][-1] == 30 and rung.curve[-1][1] == rung.val_loss
+    params = [rung.params for rung in first.rungs]
+    assert params == sorted(params) and params[0] < params[-1]
+    again = Ladder(*data, steps=30, seed=5, eval_iters=4, device="cpu")
+    list(again.climb())
+    assert [r.val_loss for r in again.rungs] == [r.val_loss for r in first.rungs]  # seeded: same numbers
+
+
+def test_stop_ends_the_rung_in_training_and_climbs_no_further(data):
+    ladder = Ladder(*data, steps=400, seed=1, eval_iters=2, device="cpu")
+    for event in ladder.climb():
+        if event.stage == "one_head" and event.event.step == 7:
+            ladder.stop()
+    assert [rung.stage for rung in ladder.rungs] == ["bigram", "positions", "one_head"]
+    stopped = ladder.rungs[-1]
+    assert stopped.stopped and stopped.steps == 7  # no step after the stop
+    assert stopped.curve[-1] == (7, stopped.val_loss) and math.isfinite(stopped.val_loss)
+
+
+def test_a_ladder_refuses_what_it_cannot_climb(data):
+    with pytest.raises(ValueError, match="stages"):
+        Ladder(*data, stages=["bigram", "transformer"])
+    with pytest.raises(ValueError, match="steps"):
+        Ladder(*data, steps=0)
+
+
+def test_the_command_line_prints_one_line_per_stage(capsys):
+    assert main(["ladder", "--steps", "3", "--seed", "2", "--stages", "bigram", "multi_head", "--json",
+                 "--device", "cpu"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["stage"] for row in rows] == ["bigram", "multi_head"]
+    assert all(set(row) == {"stage", "val_loss", "params", "seconds"} for row in rows)
+    assert rows[0]["params"] < rows[1]["params"] and all(0 < row["val_loss"] < 5 for row in rows)
+
+    assert main(["ladder", "--steps", "2", "--stages", "one_head", "--device", "cpu"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["stage", "params", "val", "loss", "lecture", "seconds"]
+    assert table[1].startswith("one_head") and f"{STAGES['one_head'].lecture_loss:.2f}" in table[1]

@@ -1,0 +1,63 @@
+"""The attention movie: snapshots in bounded memory, scores per snapshot, the induction onset."""
+
+import pytest
+import torch
+
+from core.movie import AttentionMovie, induction_onset
+
+PROBE = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9]  # a repeat: induction targets exist from position 5 on
+L, H, T = 2, 3, len(PROBE)
+
+
+def uniform() -> torch.Tensor:
+    """(L, H, T, T) causal uniform attention."""
+    rows = torch.ones(T, T).tril()
+    return (rows / rows.sum(-1, keepdim=True)).expand(L, H, T, T).clone()
+
+
+def with_induction_head(layer: int = 1, head: int = 2) -> torch.Tensor:
+    """Uniform maps except one head that looks at the token after the earlier copy."""
+    maps = uniform()
+    maps[layer, head] = 0
+    for q in range(T):
+        maps[layer, head, q, q - 4 if q >= 5 else q] = 1.0  # PROBE[q - 5] == PROBE[q]: the key after it is q - 4
+    return maps
+
+
+def test_memory_stays_under_the_budget_and_the_movie_spans_the_whole_run():
+    frame_bytes = L * H * T * T * 2  # float16
+    movie = AttentionMovie(PROBE, every=1, max_bytes=10 * frame_bytes)
+    for step in range(1, 201):
+        if movie.wants(step) or step == 200:  # the last step always has its snapshot
+            movie.add(step, list(uniform()))  # per-layer maps, as Trainer.probe_attention gives them
+        assert movie.nbytes <= movie.max_bytes
+    steps = [frame.step for frame in movie.frames]
+    assert steps[0] == 1 and steps[-1] == 200  # the first and the newest snapshots survive thinning
+    assert len(steps) >= 5 and steps == sorted(steps)
+    assert movie.every > 1  # snapshots are taken less often once memory filled
+    assert movie.frames[0].maps.dtype == torch.float16
+
+
+def test_a_snapshot_larger_than_the_budget_is_refused():
+    with pytest.raises(ValueError, match="bytes"):
+        AttentionMovie(PROBE, max_bytes=100).add(1, uniform())
+
+
+def test_scores_follow_the_heads_and_the_onset_is_when_induction_stays():
+    movie = AttentionMovie(PROBE)
+    for step in range(1, 11):
+        movie.add(step, with_induction_head() if step in (3, 6, 7, 8, 9, 10) else uniform())
+    steps, induction = movie.score_curve("induction")
+    assert steps == list(range(1, 11)) and induction.shape == (10, L, H)
+    assert induction[5, 1, 2] > 0.9 and induction[0].max() < 0.05
+    assert induction_onset(movie) == 6  # step 3's flash does not count: it did not last
+    previous = movie.score_curve("previous-token")[1]
+    assert previous.max() < 0.05
+
+
+def test_no_onset_without_a_head_past_layer_zero():
+    movie = AttentionMovie(PROBE)
+    movie.add(1, with_induction_head(layer=0))  # layer 0 cannot compose with an earlier head
+    assert induction_onset(movie) is None
+    with pytest.raises(ValueError, match="pattern"):
+        movie.score_curve("mirror")
