@@ -76,6 +76,7 @@ class TrainedModel:
     trainer: Any = None  # core.train.Trainer | None: keeps the optimizer, so Train continues
     train_config: Any = None  # core.train.TrainConfig | None of the last run
     resume_state: dict | None = None  # an uploaded checkpoint's training state, for the next Train
+    movie: Any = None  # core.movie.AttentionMovie | None: its attention over training, continued by Train
 
     @property
     def step(self) -> int:

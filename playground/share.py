@@ -38,7 +38,8 @@ from playground.tabs.train import DEFAULT_PRESET, FORM_FIELDS, PASTE, UPLOAD, Tr
 # The preset sits above them all.
 GROUPS: dict[str, tuple[str, ...]] = {
     "data": ("corpus", "text", "upload", "tokenizer"),
-    "model": ("stage", "n_layer", "n_head", "n_embd", "block_size", "dropout"),
+    "model": ("stage", "n_layer", "n_head", "n_embd", "block_size", "dropout", "causal", "scale_attention",
+              "use_position_embedding"),
     "training": ("steps", "batch_size", "learning_rate", "seed", "warmup", "eval_interval", "weight_decay",
                  "grad_clip"),
 }

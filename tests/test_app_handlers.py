@@ -21,7 +21,8 @@ SETTINGS = Settings(max_layers=3, max_heads=4, max_embd=64, max_block_size=32, m
                     max_params=200_000, max_iters=2000, max_new_tokens=100, max_prompt_chars=200)
 # A tiny model on the copy task: about 2 ms a step.
 FORM = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_layer=1, n_head=2, n_embd=16,
-            block_size=16, dropout=0.0, steps=20, batch_size=8, learning_rate=3e-3, seed=1, warmup=2,
+            block_size=16, dropout=0.0, causal=True, scale_attention=True, use_position_embedding=True,
+            steps=20, batch_size=8, learning_rate=3e-3, seed=1, warmup=2,
             eval_interval=10, weight_decay=0.01, grad_clip=1.0, text="", upload=None)
 
 
@@ -55,7 +56,8 @@ def trained():
 
 
 def run_train(train, session="a", **changes):
-    """All the updates of one /train call: (status, progress, loss figure, sample, attention, model_changed)."""
+    """All the updates of one /train call: (status, progress, loss figure, sample, attention, model_changed,
+    movie note, head scores)."""
     return list(train.train(**{**FORM, **changes}, request=session))
 
 
@@ -72,7 +74,7 @@ def same(a, b):
 
 def test_train_streams_live_updates_and_keeps_the_model(train, ctx):
     updates = run_train(train)
-    status, progress, loss_fig, sample, attention, changed = updates[-1]
+    status, progress, loss_fig, sample, attention, changed, movie_note, head_scores = updates[-1]
     assert len(updates) >= 2
     assert status.startswith("Done: 20 steps")
     assert "step 20 / 20" in progress and "tokens/s" in progress

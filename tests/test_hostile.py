@@ -30,7 +30,8 @@ pytestmark = pytest.mark.integration
 
 # A tiny model on the copy task (the Train form, in the API's order): a second or two of training.
 TINY = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_layer=1, n_head=2, n_embd=16,
-            block_size=16, dropout=0.0, steps=20, batch_size=8, learning_rate=3e-3, seed=1, warmup=2,
+            block_size=16, dropout=0.0, causal=True, scale_attention=True, use_position_embedding=True,
+            steps=20, batch_size=8, learning_rate=3e-3, seed=1, warmup=2,
             eval_interval=10, weight_decay=0.01, grad_clip=1.0, text="", upload=None)
 # The Generate form: prompt, max new tokens, temperature, top-k, top-p, seed.
 GENERATE = ["qwhzbkad|", 5, 0.8, 0, 1.0, 1]
@@ -239,6 +240,17 @@ def test_every_numeric_training_field_answers_bad_values_with_its_name(app, bad)
             continue  # 2.5 is a fine gradient clip
         message = app.error("train", form(**{field: bad}), "malformed")
         assert name in message, (field, bad, message)
+
+
+SWITCH_NAMES = {"causal": "Causal mask", "scale_attention": "Scale by √d",
+                "use_position_embedding": "Position embeddings"}
+
+
+@pytest.mark.parametrize("bad", ["false", "False", "true", "", "0", None, [], {}, 2, -1, 0.5, math.nan])
+def test_every_break_it_switch_takes_only_true_or_false(app, bad):
+    for field, name in SWITCH_NAMES.items():  # a string "false" must never count as True
+        message = app.error("train", form(**{field: bad}), "malformed")
+        assert name in message and "True, False" in message, (field, bad, message)
 
 
 @pytest.fixture(scope="module")

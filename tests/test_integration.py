@@ -17,8 +17,8 @@ pytestmark = pytest.mark.integration
 
 # A tiny model on the copy task: a few seconds of training at most.
 TINY = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_layer=1, n_head=2, n_embd=16,
-            block_size=16, dropout=0.0, steps=30, batch_size=8, learning_rate=3e-3, seed=1, warmup=2,
-            eval_interval=10, weight_decay=0.01, grad_clip=1.0)
+            block_size=16, dropout=0.0, causal=True, scale_attention=True, use_position_embedding=True, steps=30,
+            batch_size=8, learning_rate=3e-3, seed=1, warmup=2, eval_interval=10, weight_decay=0.01, grad_clip=1.0)
 
 
 @pytest.fixture(scope="module")

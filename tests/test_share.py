@@ -39,7 +39,8 @@ def test_the_preset_applies_first_and_the_fields_override_it(handlers):
     assert setup.values == {**share.preset_values(handlers, "sort"), "seed": 7, "n_layer": 3}
     assert setup.values["corpus"] == "sort" and setup.values["n_head"] == 4
     assert setup.view == share.View(hide=("training",), lock=("model",))
-    assert setup.view.locked_fields == ("stage", "n_layer", "n_head", "n_embd", "block_size", "dropout")
+    assert setup.view.locked_fields == ("stage", "n_layer", "n_head", "n_embd", "block_size", "dropout", "causal",
+                                        "scale_attention", "use_position_embedding")
 
 
 def test_no_query_is_the_default_form(handlers):

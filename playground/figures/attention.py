@@ -284,3 +284,10 @@ def summary_figure(summaries: list[HeadSummary]) -> go.Figure:
     )
     return fig
 
+
+
+def replay_heatmap(maps: torch.Tensor, labels: list[str], step: int) -> go.Figure:
+    """`live_heatmap` of a snapshot taken at training `step` (the Train tab's replay)."""
+    fig = live_heatmap(maps, labels)
+    fig.update_layout(title_text=f"Attention on the probe prompt at step {step:,}")
+    return fig

@@ -33,13 +33,14 @@ from core.config import STAGES, GPTConfig, stage_of
 from core.data import CORPORA, TokenData, corpus_text, default_tokenizer, load_shakespeare, read_text_file
 from core.data import DataError, check_user_text
 from core.model import GPT
+from core.movie import MOVIE_BYTES, SCORED, AttentionMovie, induction_onset
 from core.presets import PRESETS, get_preset, preset_configs
 from core.tokenizers import Tokenizer, token_labels, tokenizer_from_spec
 from core.train import TrainConfig, Trainer
 from playground import validate
 from playground.context import AppContext
-from playground.figures.attention import live_heatmap
-from playground.figures.training import loss_figure
+from playground.figures.attention import live_heatmap, replay_heatmap
+from playground.figures.training import head_scores_figure, loss_figure
 from playground.sessions import Session, TrainedModel
 from playground.settings import Settings
 
@@ -64,8 +65,27 @@ NO_ATTENTION_YET = "Press Train: the attention of each head on a probe prompt ap
 ATTENTION_INTERVAL_S = 0.5  # the heatmap grid is the heaviest payload (~150 KB for 6 x 8 heads): 2 a second
 SAMPLE_INTERVAL_S = 2.0  # a fresh live sample costs sample_tokens forward passes
 SAMPLE_TOKENS = 120
+# The attention movie: a snapshot every max_iters // MOVIE_FRAMES steps (and at the last step), so a run
+# has up to about this many; past MOVIE_BYTES the movie keeps every other one and records half as often.
+MOVIE_FRAMES = 80
+NO_MOVIE = "Press **Train**: the attention on the probe prompt is recorded as the model learns, to replay here."
+NO_REPLAY = "Train a model, then drag the slider to replay its attention over training."
+NO_SCORES = "Each head's pattern scores over training appear here."
+JSON_PER_VALUE = 7  # characters of a map value in /attention_movie's JSON: "0.123, "
+PLAY, PAUSE = "▶ Play", "⏸ Pause"
+PLAY_INTERVAL_S = 0.4  # one snapshot after another: 80 snapshots play in about half a minute
+# Break-it switches, GPTConfig fields: each removes something attention needs. (label, what to expect when off)
+BREAK_IT = {
+    "causal": ("Causal mask", "Off: every token also sees the future. The training loss collapses toward 0 while "
+                              "generation is garbage: at generation time there is no future to copy."),
+    "scale_attention": ("Scale by √d", "Off: scores are not divided by √(head size), so the softmax saturates: "
+                                       "one key takes all the weight. Watch the attention maps go hard and "
+                                       "learning slow down."),
+    "use_position_embedding": ("Position embeddings", "Off: the model is blind to order, a bag of tokens: on the copy "
+                                                      "task it cannot tell which letter comes next."),
+}
 # The model fields the tab controls; a trained model continues only if these still match.
-MODEL_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "dropout")
+MODEL_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "dropout", *BREAK_IT)
 
 
 @dataclass(frozen=True)
@@ -87,6 +107,9 @@ class TrainForm:
     n_embd: Any = None
     block_size: Any = None
     dropout: Any = 0.0
+    causal: Any = True
+    scale_attention: Any = True
+    use_position_embedding: Any = True
     steps: Any = None
     batch_size: Any = None
     learning_rate: Any = None
@@ -147,9 +170,11 @@ class Recipe:
     def configs(self, vocab_size: int):
         """(GPTConfig, TrainConfig) from the preset, overridden by this recipe."""
         with validate.user_errors():
-            # A stage's options win over the sliders (the one-head stage forces n_head=1).
-            return preset_configs(self.preset, vocab_size, **{**self.model, **STAGES[self.stage].options,
-                                                              **self.train})
+            # A stage's options win over the sliders (the one-head stage forces n_head=1); a break-it
+            # switch turns a part off on top of the stage, never on where the stage leaves it out.
+            options = {**self.model, **STAGES[self.stage].options, **self.train}
+            options.update({name: options[name] and self.model[name] for name in BREAK_IT})
+            return preset_configs(self.preset, vocab_size, **options)
 
     @property
     def corpus_title(self) -> str:
@@ -217,6 +242,7 @@ class TrainHandlers:
             block_size=validate.integer(f.block_size, "Block size", 1, s.max_block_size,
                                         cap=s.cap_hint("max_block_size")),
             dropout=validate.number(f.dropout, "Dropout", 0.0, 0.9),
+            **{name: _switch(getattr(f, name), label) for name, (label, _) in BREAK_IT.items()},
         )
         steps = validate.integer(f.steps, "Steps", 1, s.max_iters, cap=s.cap_hint("max_iters"))
         train = dict(
@@ -353,7 +379,9 @@ class TrainHandlers:
         elif trained is not None:  # a checkpoint without a training state: its steps and curve go on
             trainer.step, trainer.history = start, list(trained.history)
         note = (f"Continuing from step {start}" if start else "Training a new model")
-        session.trained = TrainedModel(model, fresh, recipe.corpus_title, trainer.history, trainer, train_config)
+        movie = _movie(trained.movie if trained is not None else None, trainer, train_config.max_iters)
+        session.trained = TrainedModel(model, fresh, recipe.corpus_title, trainer.history, trainer, train_config,
+                                       movie=movie)
         return trainer, train_config.max_iters, note
 
     def _tokens(self, recipe: Recipe, text: str, tokenizer: Tokenizer, block_size: int) -> TokenData:
@@ -374,11 +402,19 @@ class TrainHandlers:
         sample, attention = "", _note_plot("The attention map appears after a few steps.")
         described, first = _describe(session), True
         share, trained_before, viewing = self.ctx.share, trainer.elapsed, 0.0
+        movie, scores, scored_step = session.trained.movie, _note_plot(NO_SCORES), None
         for event in trainer.run(until):
             if session.stop_requested:
                 trainer.stop()
             now, sharing = time.monotonic(), share.members
             slower = max(1.0, sharing / (FULL_RATE_PER_SLOT * share.slots))
+            if movie is not None and not event.error and _snapshot_due(
+                    movie, event, viewing <= VIEW_BUDGET / slower * (trainer.elapsed - trained_before)):
+                with trainer.turn() as granted:  # a snapshot is counted like the live views
+                    started = time.perf_counter()
+                    if granted or event.done:  # the last step always has its snapshot, a stopped run's too
+                        movie.add(event.step, trainer.probe_attention())
+                    viewing += time.perf_counter() - started
             if not event.done and now - last_ui < UI_INTERVAL_S * slower:
                 continue
             last_ui = now
@@ -399,9 +435,13 @@ class TrainHandlers:
                     viewing += time.perf_counter() - started
             if event.done:
                 described = _describe(session)  # other tabs follow the model once the run ends
+            frames = [] if movie is None else movie.frames
+            if frames and frames[-1].step != scored_step:  # drawn again only when a snapshot came
+                scores, scored_step = PlotData(type="plotly", plot=_scores_figure(movie).to_json()), frames[-1].step
             status = _status(event, sharing, opening if first else "Training")
             yield self._update(session, status=status, event=event, sample=sample, attention=attention,
-                               model_changed=described)
+                               model_changed=described, movie_note=_movie_note(movie, not event.done),
+                               scores=scores)
             first = False
 
     def _attention_figure(self, trainer: Trainer):
@@ -412,10 +452,93 @@ class TrainHandlers:
         return PlotData(type="plotly", plot=figure.to_json())  # serialised once, though sent with every update
 
     def _update(self, session: Session, *, status: str, event=None, sample=gr.skip(), attention=gr.skip(),
-                model_changed=gr.skip()) -> tuple:
+                model_changed=gr.skip(), movie_note=gr.skip(), scores=gr.skip()) -> tuple:
+        """(status, progress, loss figure, sample, attention, model_changed, movie note, head scores)."""
         history = [] if session.trained is None else session.trained.history
         progress = _progress_html(event, history) if event is not None else gr.skip()
-        return status, progress, loss_figure(history, event.max_iters if event else None), sample, attention, model_changed
+        return (status, progress, loss_figure(history, event.max_iters if event else None), sample, attention,
+                model_changed, movie_note, scores)
+
+    # ---- the attention movie
+
+    def replay(self, step, request: gr.Request) -> PlotData:
+        """The attention grid of the snapshot nearest to training `step`, at or before it (a note when
+        the session's model has none: the slider also moves after a run without attention)."""
+        step = validate.number(step, "Replay step", 0)
+        movie, frames = self._recorded(request)
+        if not frames:
+            return _note_plot(NO_REPLAY)
+        frame = next((f for f in reversed(frames) if f.step <= step), frames[0])
+        labels = token_labels(self._tokenizer_of(request), movie.probe_ids)
+        return PlotData(type="plotly", plot=replay_heatmap(frame.maps.float(), labels, frame.step).to_json())
+
+    def movie_range(self, request: gr.Request):
+        """The replay slider spanning the recorded steps (while a run records more)."""
+        return self._slider(request, to_last=False)
+
+    def movie_after_run(self, request: gr.Request):
+        """The replay slider spanning the recorded steps, on the last one."""
+        return self._slider(request, to_last=True)
+
+    def _slider(self, request: gr.Request | str, to_last: bool):
+        _, frames = self._recorded(request)
+        if not frames:
+            return gr.update(maximum=1, value=0) if to_last else gr.skip()
+        last = frames[-1].step
+        return gr.update(maximum=last, value=last) if to_last else gr.update(maximum=last)
+
+    def play(self, playing: bool, step, request: gr.Request) -> tuple:
+        """Play or pause the replay: (playing, the timer, the button, the slider: back to the start if
+        it stood at the end)."""
+        if playing:
+            return False, gr.Timer(active=False), PLAY, gr.skip()
+        step = validate.number(step, "Replay step", 0)
+        _, frames = self._movie_of(request)
+        return True, gr.Timer(active=True), PAUSE, (0 if step >= frames[-1].step else gr.skip())
+
+    def advance(self, step, request: gr.Request) -> tuple:
+        """The timer's tick: (the slider on the next snapshot, playing, the timer, the button); after
+        the last snapshot the replay pauses."""
+        step = validate.number(step, "Replay step", 0)
+        _, frames = self._recorded(request)  # none: a New model discarded the movie while it played
+        later = next((frame.step for frame in frames if frame.step > step), None)
+        if later is not None:
+            return later, gr.skip(), gr.skip(), gr.skip()
+        return gr.skip(), False, gr.Timer(active=False), PLAY
+
+    def attention_movie(self, request: gr.Request) -> dict:
+        """The session's attention over training: the probe's tokens, every snapshot's step, and per
+        snapshot the (layer, head, query, key) maps rounded to 3 decimals with each head's pattern scores.
+        Evenly thinned (the first and last kept) so the maps' JSON stays under the movie's memory cap."""
+        movie, frames = self._movie_of(request)
+        per_frame = frames[0].maps.numel() * JSON_PER_VALUE
+        kept = _evenly(frames, max(2, movie.max_bytes // per_frame))
+        return {
+            "probe_tokens": token_labels(self._tokenizer_of(request), movie.probe_ids),
+            "steps": [frame.step for frame in kept], "recorded": len(frames), "bytes": movie.nbytes,
+            "max_bytes": movie.max_bytes,
+            # in double precision, so 0.123 is written as 0.123 and not as float32's 0.12300000339746475
+            "frames": [{"step": frame.step, "maps": frame.maps.double().round(decimals=3).tolist(),
+                        "scores": {name: None if score is None else score.double().round(decimals=3).tolist()
+                                   for name, score in frame.scores.items()}} for frame in kept],
+        }
+
+    def _recorded(self, request: gr.Request | str) -> tuple[AttentionMovie | None, list]:
+        """The session's movie (or None) and its frames: a list as they are now, while a run adds more."""
+        session = self.registry.peek(request)
+        movie = None if session is None or session.trained is None else session.trained.movie
+        return movie, [] if movie is None else movie.frames
+
+    def _movie_of(self, request: gr.Request | str) -> tuple[AttentionMovie, list]:
+        """The session's movie and its frames, or a gr.Error saying what to do."""
+        movie, frames = self._recorded(request)
+        if not frames:
+            raise gr.Error("There is no attention movie yet: press Train on the Train tab (with a stage that has "
+                           "attention), and the attention is recorded as the model learns.")
+        return movie, frames
+
+    def _tokenizer_of(self, request: gr.Request | str) -> Tokenizer:
+        return self.registry.peek(request).trained.tokenizer
 
     def stop(self, request: gr.Request):
         """Stop this session's training after the current step; the weights are kept. Answers once the
@@ -455,9 +578,10 @@ class TrainHandlers:
         info = preset.description
         if reduced:
             info += f"\n\n⚠️ Reduced to this server's caps: {', '.join(reduced)} (lift them locally with `--no-caps`)."
+        stage = stage_of(GPTConfig(vocab_size=2, **model)) or "gpt"
         return {
             "preset_info": info, "corpus": preset.corpus, "tokenizer": preset.tokenizer,
-            "stage": stage_of(GPTConfig(vocab_size=2, **model)) or "gpt", **capped,
+            "stage": stage, **capped, **_switches(model, stage),
             "dropout": model.get("dropout", 0.0), "learning_rate": train["learning_rate"],
             "warmup": train.get("warmup_iters", 0), "eval_interval": train.get("eval_interval", 100),
             "weight_decay": train.get("weight_decay", 0.1), "grad_clip": train.get("grad_clip", 1.0),
@@ -515,6 +639,7 @@ class TrainHandlers:
             "status": status, "loss_plot": loss_figure(history), "model_changed": _describe(session),
             "tokenizer": tokenizer.spec()["kind"], "stage": stage_of(config) or "gpt",
             **{name: getattr(config, name) for name in MODEL_FIELDS},
+            **_switches(config.to_dict(), stage_of(config)),  # a bigram's switches stay on: its stage has none
         }
 
     def _check_caps(self, config: GPTConfig) -> None:
@@ -536,6 +661,50 @@ class TrainHandlers:
 # ------------------------------------------------------------------ small helpers
 
 
+def _movie(movie: AttentionMovie | None, trainer: Trainer, until: int) -> AttentionMovie | None:
+    """The run's attention movie: the model's own, continued, or a new one; None where the model has no
+    attention or one snapshot of it would not fit the movie's memory."""
+    config = trainer.model.config
+    if not config.use_attention or config.n_layer == 0:
+        return None
+    if 2 * config.n_layer * config.n_head * len(trainer.probe_ids) ** 2 > MOVIE_BYTES:  # float16 maps
+        return None
+    if movie is None or movie.probe_ids != trainer.probe_ids:
+        movie = AttentionMovie(trainer.probe_ids, max_bytes=MOVIE_BYTES)
+    movie.every = max(movie.every, until // MOVIE_FRAMES, 1)  # a longer run: rarer snapshots
+    return movie
+
+
+def _snapshot_due(movie: AttentionMovie, event, affordable: bool) -> bool:
+    """Whether to record this step: `movie.every` steps after the last snapshot, or as soon after as the
+    view budget allows; and always the last step (once)."""
+    last = movie.frames[-1].step if movie.frames else None
+    if last == event.step:
+        return False
+    return event.done or (affordable and (last is None or event.step - last >= movie.every))
+
+
+def _movie_note(movie: AttentionMovie | None, recording: bool) -> str:
+    """What the movie holds, and its memory bound."""
+    if movie is None:
+        return "This model has no attention to record."
+    count, every = len(movie.frames), "step" if movie.every == 1 else f"{movie.every} steps"
+    return (f"{'Recording' if recording else 'Replay'}: {count} snapshot{'s' if count != 1 else ''} "
+            f"(one every {every}), {movie.nbytes / 1024:,.1f} KB of at most {movie.max_bytes / 2**20:g} MiB.")
+
+
+def _scores_figure(movie: AttentionMovie):
+    return head_scores_figure({pattern: movie.score_curve(pattern) for pattern in SCORED}, induction_onset(movie))
+
+
+def _evenly(items: list, limit: int) -> list:
+    """At most `limit` (at least 2) of `items`, evenly spaced, the first and the last kept."""
+    if len(items) <= limit:
+        return items
+    picks = {round(i * (len(items) - 1) / (limit - 1)) for i in range(limit)}
+    return [items[i] for i in sorted(picks)]
+
+
 def _upload_path(upload) -> str:
     """gr.File gives a path string (type='filepath'); the API may send a dict with a path."""
     path = upload.get("path") if isinstance(upload, dict) else upload
@@ -547,9 +716,10 @@ def _upload_path(upload) -> str:
 def _mismatch(trained: TrainedModel, config: GPTConfig, tokenizer: Tokenizer) -> str:
     """What differs between the trained model and the one the settings describe ('' if nothing)."""
     current = trained.model.config
-    diffs = [f"{f} {getattr(current, f)} → {getattr(config, f)}" for f in MODEL_FIELDS if getattr(current, f) != getattr(config, f)]
+    diffs = [_field_change(f, getattr(current, f), getattr(config, f)) for f in MODEL_FIELDS
+             if getattr(current, f) != getattr(config, f)]
     if stage_of(current) != stage_of(config):
-        diffs.append(f"stage {stage_of(current) or 'custom'} → {stage_of(config)}")
+        diffs.append(f"stage {stage_of(current) or 'custom'} → {stage_of(config) or 'custom'}")
     ours, theirs = trained.tokenizer.spec(), tokenizer.spec()
     if ours != theirs:
         diffs.append(
@@ -557,6 +727,25 @@ def _mismatch(trained: TrainedModel, config: GPTConfig, tokenizer: Tokenizer) ->
             else f"another corpus: vocabulary of {trained.tokenizer.vocab_size} → {tokenizer.vocab_size} characters"
         )
     return "; ".join(diffs)
+
+
+def _field_change(field: str, before: Any, after: Any) -> str:
+    """'n_head 2 → 4', or for a break-it switch 'Causal mask on → off'."""
+    if field in BREAK_IT:
+        return f"{BREAK_IT[field][0]} {'on' if before else 'off'} → {'on' if after else 'off'}"
+    return f"{field} {before} → {after}"
+
+
+def _switch(value: Any, name: str) -> bool:
+    """A break-it checkbox: True or False (a shared link writes 1 or 0); a string such as "false" is refused."""
+    return bool(validate.choice(value, name, (True, False)))
+
+
+def _switches(model: dict, stage: str | None) -> dict[str, bool]:
+    """The break-it checkboxes that show a model's `GPTConfig` fields: off only where the model lacks a
+    part its stage has (a bigram has no position embedding by its stage, not by a switch)."""
+    options = STAGES[stage].options if stage else {}
+    return {name: bool(model.get(name, True)) or options.get(name) is False for name in BREAK_IT}
 
 
 # Stages whose layers hold nothing a learner would count: tokens never look at each other.
@@ -731,6 +920,9 @@ def build(ctx: AppContext) -> TrainHandlers:
                     form["block_size"] = gr.Slider(2, s.max_block_size, value=start.block_size, step=1,
                                                    label="Block size (context)")
                 form["dropout"] = gr.Slider(0.0, 0.5, value=start.dropout, step=0.05, label="Dropout")
+                gr.Markdown("**Break it**: each switch removes something attention needs.", elem_classes="caps-note")
+                for name, (label, info) in BREAK_IT.items():
+                    form[name] = gr.Checkbox(getattr(start, name), label=label, info=info, elem_id=f"switch-{name}")
                 params = gr.Markdown(elem_id="param-count")
                 if not s.caps_lifted:
                     gr.Markdown(
@@ -767,6 +959,18 @@ def build(ctx: AppContext) -> TrainHandlers:
                 shown["loss_plot"] = gr.Plot(loss_figure([]), label="Loss", elem_id="loss-plot", min_width=280)
                 attention_plot = gr.Plot(_note_figure(NO_ATTENTION_YET), label="Attention on a probe prompt",
                                          elem_id="live-attention", min_width=280)
+            # Under the chart, each head's scores over training; under the live map, its replay.
+            with gr.Row(equal_height=False):
+                head_scores = gr.Plot(_note_figure(NO_SCORES), label="Head scores over training",
+                                      elem_id="head-scores", min_width=280)
+                with gr.Column(min_width=280, elem_id="movie"):
+                    with gr.Row(equal_height=False):
+                        movie_step = gr.Slider(0, 1, value=0, step=1, label="Replay: training step",
+                                               elem_id="movie-step", scale=4)
+                        play_btn = gr.Button(PLAY, size="sm", elem_id="movie-play", scale=1, min_width=90)
+                    playing, ticks = gr.State(False), gr.Timer(PLAY_INTERVAL_S, active=False)
+                    movie_note = gr.Markdown(NO_MOVIE, elem_id="movie-note")
+                    movie_plot = gr.Plot(_note_figure(NO_REPLAY), label="Replay", elem_id="movie-frame")
             sample = gr.Textbox(label="Live sample (the model writing, refreshed as it learns)", lines=4,
                                 interactive=False, elem_id="live-sample", elem_classes="mono")
             with gr.Accordion("Checkpoint: download or upload", open=False):
@@ -789,7 +993,7 @@ def build(ctx: AppContext) -> TrainHandlers:
         return handler
 
     inputs = [form[name] for name in FORM_FIELDS]
-    live = [status, progress, shown["loss_plot"], sample, attention_plot, ctx.model_changed]
+    live = [status, progress, shown["loss_plot"], sample, attention_plot, ctx.model_changed, movie_note, head_scores]
     cheap = dict(**ctx.cheap(), show_progress="hidden")
     preset_outputs = [shown["preset_info"]] + [form[name] for name in FORM_FIELDS if name != "preset"]
     # .input, not .change: a preset set by the page's link must not overwrite the link's own fields.
@@ -802,14 +1006,21 @@ def build(ctx: AppContext) -> TrainHandlers:
     for field, fixed_by_stage in (("n_head", _heads_for_stage), ("n_layer", _layers_for_stage)):
         form["stage"].change(share.keeping_locks(fixed_by_stage, field), [form["stage"], view], form[field],
                              api_visibility="private", **cheap)
-    previewed = [form[name] for name in ("corpus", "tokenizer", "stage", "n_layer", "n_head", "n_embd",
-                                         "block_size", "dropout", "upload")]
+    previewed = [form[name] for name in ("corpus", "tokenizer", "stage", *MODEL_FIELDS, "upload")]
     # The live count and whether Train continues; also after training and Stop (the model changed).
     gr.on([c.change for c in previewed] + [form["text"].blur, ctx.demo.load, ctx.model_changed.change],
           handlers.preview, inputs, [params, next_step], api_name="preview", api_visibility="private", **cheap)
     training = dict(**ctx.heavy("train"))  # both buttons share one concurrency id: one limit for all trainings
-    train_btn.click(handlers.train, inputs, live, api_name="train", **training)
-    new_btn.click(handlers.train_new, inputs, live, api_name="train_new", **training)
+    quiet = dict(**cheap, api_visibility="private")
+    for trained in (train_btn.click(handlers.train, inputs, live, api_name="train", **training),
+                    new_btn.click(handlers.train_new, inputs, live, api_name="train_new", **training)):
+        trained.then(handlers.movie_after_run, None, movie_step, **quiet)  # the replay shows the last snapshot
+    movie_note.change(handlers.movie_range, None, movie_step, **quiet)  # a new snapshot: the slider reaches it
+    movie_step.change(handlers.replay, movie_step, movie_plot, api_name="attention_movie_frame",
+                      trigger_mode="always_last", **cheap)
+    gr.api(handlers.attention_movie, api_name="attention_movie", **ctx.cheap())
+    play_btn.click(handlers.play, [playing, movie_step], [playing, ticks, play_btn, movie_step], **quiet)
+    ticks.tick(handlers.advance, movie_step, [movie_step, playing, ticks, play_btn], **quiet)
     stop_btn.click(handlers.stop, None, status, api_name="stop", **cheap)
     # One checkpoint at a time on the whole server: each briefly holds a model's bytes twice.
     one_at_a_time = dict(**ctx.heavy("checkpoint"), show_progress="minimal")

@@ -1,0 +1,50 @@
+"""Issue 14 in headless Chromium: the causal mask switched off on the default copy task, trained, the
+attention replayed with the slider and played, the heads' scores over training drawn. Screenshots at both widths
+go to tests/screenshots/ (git-ignored) for a person to look at."""
+
+import pytest
+from conftest import SCREENSHOTS
+
+from test_browser import assert_no_errors, set_number
+from test_train_browser import open_page  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.browser
+REPLAY = "Replay: training step"
+
+
+@pytest.mark.parametrize("width, height, name", [(1366, 900, "desktop"), (390, 844, "phone")])
+def test_no_mask_trains_and_its_attention_replays(open_page, width, height, name):  # noqa: F811
+    page = open_page(width, height)
+    page.locator("#param-count").filter(has_text="parameters").wait_for()
+    page.locator("#switch-causal input").uncheck()
+    set_number(page, "Steps", 40)
+    page.locator("#train-button").click()
+    page.locator("#train-status").filter(has_text="Done: 40 steps").wait_for()
+    page.locator("#movie-note").filter(has_text="Replay:").wait_for()
+    assert "of at most 2 MiB" in page.locator("#movie-note").inner_text()
+    # After the run, the replay shows the last snapshot; scrubbing back redraws an earlier one.
+    page.locator("#movie-frame").filter(has_text="at step 40").wait_for()
+    set_number(page, REPLAY, 1)
+    page.locator("#movie-frame").filter(has_text="at step 1").wait_for()
+    page.locator("#head-scores").filter(has_text="induction score").wait_for()
+    page.locator("#movie-play").click()  # plays the snapshots one after another, then pauses at the end
+    page.locator("#movie-play").filter(has_text="Pause").wait_for()
+    page.locator("#movie-frame").filter(has_text="at step 40").wait_for()
+    page.locator("#movie-play").filter(has_text="Play").wait_for()
+    page.locator("#movie-step").scroll_into_view_if_needed()
+    page.screenshot(path=str(SCREENSHOTS / f"breakit-no-mask-{name}.png"), full_page=True)
+    assert_no_errors(page)
+
+
+def test_the_attention_movie_endpoint_over_http(running_app):
+    from gradio_client import Client
+
+    from test_train_browser import TINY
+
+    client = Client(running_app[1], verbose=False)  # one client: one session
+    with pytest.raises(Exception, match="no attention movie yet"):
+        client.predict(api_name="/attention_movie")
+    client.predict(**{**TINY, "steps": 12, "causal": False}, api_name="/train")
+    answer = client.predict(api_name="/attention_movie")
+    assert answer["steps"][-1] == 12 and len(answer["frames"]) == len(answer["steps"])
+    assert len(answer["frames"][0]["maps"][0]) == 2  # the tiny model's two heads

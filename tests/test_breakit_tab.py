@@ -1,0 +1,195 @@
+"""Issue 14 on the Train tab: the break-it switches, the attention movie recorded while training, its
+replay and /attention_movie, and each head's scores over training."""
+
+import json
+
+import gradio as gr
+import pytest
+import torch
+
+from conftest import plotted
+from core.movie import SCORED, AttentionMovie, induction_onset
+from playground.tabs import train as train_tab
+from playground.tabs.train import BREAK_IT, TrainForm, TrainHandlers
+from test_app_handlers import FORM, make_ctx, run_train
+from test_movie import PROBE, uniform, with_induction_head
+
+
+@pytest.fixture
+def ctx():
+    return make_ctx()
+
+
+@pytest.fixture
+def train(ctx):
+    return TrainHandlers(ctx)
+
+
+# ---------------------------------------------------------------- break-it switches
+
+
+def test_a_run_without_the_mask_trains_and_the_settings_name_the_change(train, ctx):
+    updates = run_train(train, causal=False)
+    assert updates[-1][0].startswith("Done: 20 steps")
+    config = ctx.registry.get("a").model.config
+    assert (config.causal, config.scale_attention, config.use_position_embedding) == (False, True, True)
+    _, next_step = train.preview(**{**FORM, "steps": 40}, request="a")  # the form now has the mask back on
+    assert "Causal mask off → on" in next_step and "New model" in next_step
+    status = run_train(train, steps=40)[-1][0]  # Train does not continue a different model
+    assert "Causal mask off → on" in status and ctx.registry.get("a").trained.step == 20
+    assert list(train.train_new(**{**FORM, "steps": 5}, request="a"))[-1][0].startswith("Done: 5 steps")
+    assert ctx.registry.get("a").model.config.causal is True
+
+
+@pytest.mark.parametrize("bad", ["false", "False", "", None, 2, 0.5, [], float("nan")])
+def test_the_switches_take_only_true_or_false(train, bad):
+    for name, (label, _) in BREAK_IT.items():
+        with pytest.raises(gr.Error, match=label.replace("√", ".")):
+            train.recipe(TrainForm(**{**FORM, name: bad}))
+
+
+def test_a_switch_turns_a_part_off_on_top_of_the_stage_and_never_on(train):
+    def config(**changes):
+        return train.recipe(TrainForm(**{**FORM, **changes})).configs(28)[0]
+
+    assert config(use_position_embedding=False).use_position_embedding is False
+    assert config(scale_attention=False).scale_attention is False
+    assert config(stage="bigram", use_position_embedding=True).use_position_embedding is False  # the stage's
+
+
+def test_presets_show_every_switch_on(train):
+    for preset in ("repeat", "shakespeare-char"):
+        form = train.apply_preset(preset)
+        assert all(form[name] is True for name in BREAK_IT)
+
+
+def test_a_loaded_checkpoint_sets_the_switches(train, ctx):
+    run_train(train, "x", scale_attention=False, steps=5)
+    shown = train.load_checkpoint(train.save_checkpoint("x"), "y")
+    assert (shown["causal"], shown["scale_attention"], shown["use_position_embedding"]) == (True, False, True)
+    form = {**FORM, **{k: shown[k] for k in ("stage", *BREAK_IT)}, "steps": 10}
+    assert "continues your model" in train.preview(**form, request="y")[1]  # the form describes the upload
+
+
+# ---------------------------------------------------------------- the attention movie
+
+
+def test_a_run_records_its_attention_and_replays_any_frame(train, ctx):
+    updates = run_train(train, steps=30)
+    movie = ctx.registry.get("a").trained.movie
+    steps = [frame.step for frame in movie.frames]
+    assert len(steps) >= 5 and steps == sorted(set(steps)) and steps[-1] == 30  # the last step has its frame
+    note, scores = updates[-1][6], updates[-1][7]
+    assert f"{len(steps)} snapshots" in note and "of at most 2 MiB" in note
+    assert len(plotted(scores).data) == 2 * len(SCORED)  # the strongest heads of each pattern: both heads here
+    figure = plotted(train.replay(steps[2] + 0.5, "a"))  # between two snapshots: the one before
+    assert f"at step {steps[2]}" in figure.layout.title.text and figure.data
+    assert train.movie_after_run("a") == {"maximum": 30, "value": 30, "__type__": "update"}
+
+
+def test_train_continues_the_movie_and_a_new_model_starts_one(train, ctx):
+    run_train(train, steps=10)
+    movie = ctx.registry.get("a").trained.movie
+    run_train(train, steps=20)
+    assert ctx.registry.get("a").trained.movie is movie and movie.frames[-1].step == 20
+    assert [f.step for f in movie.frames][0] == 1
+    list(train.train_new(**{**FORM, "steps": 5}, request="a"))
+    fresh = ctx.registry.get("a").trained.movie
+    assert fresh is not movie and fresh.frames[0].step == 1 and fresh.frames[-1].step == 5
+
+
+def test_the_attention_movie_endpoint_round_trips(train, ctx):
+    run_train(train, steps=15)
+    movie = ctx.registry.get("a").trained.movie
+    answer = json.loads(json.dumps(train.attention_movie("a")))  # plain JSON
+    assert answer["steps"] == [frame.step for frame in movie.frames] and answer["recorded"] == len(movie.frames)
+    assert len(answer["probe_tokens"]) == len(movie.probe_ids) and answer["max_bytes"] == movie.max_bytes
+    last, frame = answer["frames"][-1], movie.frames[-1]
+    assert torch.allclose(torch.tensor(last["maps"]), frame.maps.float(), atol=6e-4)
+    assert set(last["scores"]) == set(SCORED)
+    assert all(len(str(v)) <= 5 for v in last["maps"][0][0][-1])  # rounded to 3 decimals: "0.123"
+
+
+def test_no_movie_is_a_clear_error(train, ctx):
+    with pytest.raises(gr.Error, match="no attention movie yet"):
+        train.attention_movie("nobody")
+    run_train(train, "b", stage="bigram", steps=3)  # no attention to record
+    assert ctx.registry.get("b").trained.movie is None
+    with pytest.raises(gr.Error, match="no attention movie yet"):
+        train.attention_movie("b")
+    # the slider moves after any run: without a movie the replay says what to do, it raises nothing
+    assert train_tab.NO_REPLAY in plotted(train.replay(0, "b")).layout.annotations[0].text
+    assert train.movie_after_run("b") == {"maximum": 1, "value": 0, "__type__": "update"}
+    _, playing, timer, label = train.advance(0, "b")  # a tick without a movie pauses the replay
+    assert (playing, timer.active, label) == (False, False, train_tab.PLAY)
+    with pytest.raises(gr.Error, match="Replay step"):
+        train.replay("abc", "b")
+
+
+def test_a_long_run_stays_under_the_movie_memory_cap(train, ctx, monkeypatch):
+    frame_bytes = 1 * 2 * 16 * 16 * 2  # one layer, two heads, a 16-token probe, float16
+    monkeypatch.setattr(train_tab, "MOVIE_BYTES", 12 * frame_bytes)
+    monkeypatch.setattr(train_tab, "MOVIE_FRAMES", 400)  # a snapshot every step, so memory fills
+    run_train(train, steps=300)
+    movie = ctx.registry.get("a").trained.movie
+    steps = [frame.step for frame in movie.frames]
+    assert movie.nbytes <= movie.max_bytes == 12 * frame_bytes and movie.every > 1
+    assert steps[0] == 1 and steps[-1] == 300 and steps == sorted(steps)
+    answer = train.attention_movie("a")
+    assert len(json.dumps(answer["frames"])) <= movie.max_bytes  # the endpoint keeps to the same cap
+    assert answer["steps"][0] == 1 and answer["steps"][-1] == 300
+
+
+# ---------------------------------------------------------------- head scores over training
+
+
+def test_the_head_scores_mark_when_an_induction_head_forms():
+    movie = AttentionMovie(PROBE)
+    for step in range(10, 110, 10):
+        movie.add(step, with_induction_head() if step >= 60 else uniform())
+    assert induction_onset(movie) == 60
+    figure = train_tab._scores_figure(movie)
+    assert {shape.x0 for shape in figure.layout.shapes} == {60}  # through every panel
+    assert any(a.text == "induction head forms (step 60)" for a in figure.layout.annotations)
+    induction = [trace for trace in figure.data if trace.xaxis == "x3"]
+    assert max(max(trace.y) for trace in induction) > 0.9  # the head that formed is among the lines drawn
+
+
+def test_no_marker_without_an_induction_head():
+    movie = AttentionMovie(PROBE)
+    for step in (1, 2, 3):
+        movie.add(step, uniform())
+    figure = train_tab._scores_figure(movie)
+    assert not figure.layout.shapes and not any("induction head forms" in a.text for a in figure.layout.annotations)
+
+
+def test_play_steps_through_the_snapshots_and_pauses_at_the_end(train, ctx):
+    run_train(train, steps=6)
+    steps = [frame.step for frame in ctx.registry.get("a").trained.movie.frames]
+    playing, timer, label, start = train.play(False, steps[-1], "a")  # at the end: plays from the start
+    assert (playing, timer.active, label, start) == (True, True, train_tab.PAUSE, 0)
+    shown, step = [], 0
+    while True:
+        step, *rest = train.advance(step, "a")
+        if rest[0] is False:  # paused after the last snapshot
+            assert rest[1].active is False and rest[2] == train_tab.PLAY
+            break
+        shown.append(step)
+    assert shown == steps
+    assert train.play(True, 3, "a")[:3:2] == (False, train_tab.PLAY)  # Pause
+    with pytest.raises(gr.Error, match="no attention movie yet"):
+        train.play(False, 0, "nobody")
+
+
+def test_a_shared_link_carries_a_switch(train):
+    from urllib.parse import parse_qsl, urlsplit
+
+    from playground import share
+
+    values = {**share.preset_values(train, "repeat"), "causal": False}
+    address = share.link("http://host/", values, share.View(), train)
+    assert ("causal", "0") in parse_qsl(urlsplit(address).query)  # only the switch that differs is written
+    setup = share.parse(parse_qsl(urlsplit(address).query), train)
+    assert setup.ignored == () and "causal" in setup.applied
+    assert train.recipe(TrainForm(**setup.values)).model["causal"] is False
+    assert "causal=false" not in address and share.parse([("causal", "false")], train).ignored  # refused, named
