@@ -284,3 +284,16 @@ def test_without_scaling_the_scores_are_not_divided_by_sqrt_d():
 def test_switches_must_be_booleans():
     with pytest.raises(ValueError, match="causal must be True or False"):
         GPTConfig(causal="no")
+
+
+def test_without_position_embeddings_the_model_reads_a_bag_of_tokens():
+    """In one layer the last position's prediction depends on which tokens came before, not on their
+    order. (Deeper, the causal mask itself leaks order: an earlier token's state depends on its prefix.)"""
+    config = dict(vocab_size=17, block_size=16, n_layer=1, n_head=4, n_embd=32)
+    idx = torch.tensor([[3, 9, 4, 1, 7, 5]])
+    shuffled = torch.tensor([[7, 1, 9, 3, 4, 5]])  # the same tokens before the same last one
+    for positions in (True, False):
+        model = GPT(GPTConfig(**config, use_position_embedding=positions),
+                    generator=torch.Generator().manual_seed(0)).eval()
+        same = torch.allclose(model(idx)[0][0, -1], model(shuffled)[0][0, -1], atol=1e-5)
+        assert same == (not positions)

@@ -81,8 +81,9 @@ BREAK_IT = {
     "scale_attention": ("Scale by √d", "Off: scores are not divided by √(head size), so the softmax saturates: "
                                        "one key takes all the weight. Watch the attention maps go hard and "
                                        "learning slow down."),
-    "use_position_embedding": ("Position embeddings", "Off: the model is blind to order, a bag of tokens: on the copy "
-                                                      "task it cannot tell which letter comes next."),
+    "use_position_embedding": ("Position embeddings", "Off: no token knows where it sits. One layer reads a bag of "
+                                                      "tokens; deeper, only the causal mask leaks some order. On "
+                                                      "the copy task it struggles to tell which letter comes next."),
 }
 # The model fields the tab controls; a trained model continues only if these still match.
 MODEL_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "dropout", *BREAK_IT)
