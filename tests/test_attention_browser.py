@@ -143,9 +143,14 @@ def assert_figures_read(page) -> None:
             ticks = boxes(page, f'#{figure} g[class^="{axis}"][class$="tick"] text')
             clashes = overlaps(ticks)
             assert ticks and not clashes, (figure, axis, clashes[:3])
-    for figure in FIGURES:
+    assert_titles_clear(page, FIGURES, (".modebar", "[data-testid=block-label]"))
+
+
+def assert_titles_clear(page, figures, obstacles: tuple[str, ...]) -> None:
+    """Each figure's title clear of what sits in its corner (the toolbar, Gradio's label, buttons)."""
+    for figure in figures:
         title = boxes(page, f"#{figure} .gtitle")
-        others = boxes(page, f"#{figure} .modebar") + boxes(page, f"#{figure} [data-testid=block-label]")
+        others = [box for selector in obstacles for box in boxes(page, f"#{figure} {selector}")]
         assert title and others, figure
         for other in others:
             assert not overlaps(title + [other]), (figure, title, other)

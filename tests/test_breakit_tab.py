@@ -10,19 +10,9 @@ import torch
 from conftest import plotted
 from core.movie import SCORED, AttentionMovie, induction_onset
 from playground.tabs import train as train_tab
-from playground.tabs.train import BREAK_IT, TrainForm, TrainHandlers
-from test_app_handlers import FORM, make_ctx, run_train
+from playground.tabs.train import BREAK_IT, TrainForm
+from test_app_handlers import FORM, ctx, run_train, train  # noqa: F401 (ctx and train are fixtures)
 from test_movie import PROBE, uniform, with_induction_head
-
-
-@pytest.fixture
-def ctx():
-    return make_ctx()
-
-
-@pytest.fixture
-def train(ctx):
-    return TrainHandlers(ctx)
 
 
 # ---------------------------------------------------------------- break-it switches

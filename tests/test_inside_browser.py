@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SCREENSHOTS
-from test_attention_browser import LAPTOP, PHONE, STEPS, TIMEOUT_MS, analyse_example, boxes, open_tab, overlaps
+from test_attention_browser import LAPTOP, PHONE, STEPS, TIMEOUT_MS, analyse_example, assert_titles_clear, open_tab
 from test_browser import assert_no_errors, set_number
 
 from playground.tabs.attention import EXPORT_NAMES
@@ -78,16 +78,6 @@ def run_tools(page) -> None:
     page.locator("#lens-plot .main-svg").first.wait_for()
 
 
-def assert_titles_clear(page) -> None:
-    """Each tool figure's title clear of the plotly toolbar, Gradio's label and the download buttons."""
-    for figure in TOOL_FIGURES:
-        title = boxes(page, f"#{figure} .gtitle")
-        others = boxes(page, f"#{figure} [data-testid=block-label]") + boxes(page, f"#{figure} button")
-        assert title and others, figure
-        for other in others:
-            assert not overlaps(title + [other]), (figure, title, other)
-
-
 def shoot_sections(page, width: str) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"inside-{width}.png"), full_page=True)
     for name in SECTIONS:
@@ -107,7 +97,7 @@ def test_every_tool_runs_and_exports_at_laptop_width(page):
     # the steps table has a softmax column, and the toggles added their two
     headers = page.locator("#steps-table .xtick text").all_text_contents()
     assert headers[:4] == ["q·k", "÷√16", "+ mask", "softmax"] and len(headers) == 6, headers
-    assert_titles_clear(page)
+    assert_titles_clear(page, TOOL_FIGURES, ("[data-testid=block-label]", "button"))
 
     # a figure downloads as SVG and as PNG from its buttons, named by the app
     for fmt, start in (("svg", b"<svg"), ("png", b"\x89PNG")):
@@ -139,7 +129,7 @@ def test_every_tool_reads_at_phone_width(page):
     pick_query(page, "#10 w")  # the steps, once shown, follow the pickers
     page.locator("#steps-table .gtitle").filter(has_text="query #10 w").wait_for()
     shoot_sections(page, "390x844")
-    assert_titles_clear(page)
+    assert_titles_clear(page, TOOL_FIGURES, ("[data-testid=block-label]", "button"))
     for figure in TOOL_FIGURES:  # nothing wider than the screen
         box = page.locator(f"#{figure}").bounding_box()
         assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"] + 1, (figure, box)

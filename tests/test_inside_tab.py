@@ -12,7 +12,7 @@ import gradio as gr
 import numpy as np
 import pytest
 import torch
-from test_attention_tab import give_model, make_ctx
+from test_attention_tab import ctx, give_model, handlers  # noqa: F401 (ctx and handlers are fixtures)
 
 from core.attention import ablate, attention_maps, head_importance, head_steps
 from core.sample import generate
@@ -21,16 +21,6 @@ from playground.tabs import attention as tab
 
 TEXT = "abcab|abcab"  # 11 tokens of the test vocabulary
 N_TOKENS = 11
-
-
-@pytest.fixture
-def ctx():
-    return make_ctx(max_attention_tokens=20)
-
-
-@pytest.fixture
-def handlers(ctx):
-    return tab.AttentionHandlers(ctx)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import torch
 from gradio.components.plot import PlotData
 
 from core.config import STAGES
-from core.data import TokenData, load_shakespeare
+from core.data import DataError, TokenData, load_shakespeare
 from core.ladder import LECTURE_MODEL, LECTURE_TRAIN, Ladder, LadderEvent, ladder_data
 from core.model import GPT
 from core.tokenizers import Tokenizer
@@ -103,8 +103,11 @@ class LadderHandlers:
             if _shakespeare is None:
                 yield ("Loading Tiny Shakespeare (downloaded once, 1.1 MB, if this server has no copy)...",
                        gr.skip(), gr.skip())
-            with validate.user_errors():  # offline without a copy: the message says where to put one
+            try:
                 tokenizer, data = shakespeare_data()
+            except DataError as error:  # offline without a copy: said where it stays, the table and chart kept
+                yield f"⚠️ **The ladder needs Tiny Shakespeare, and this server has no copy.** {error}", gr.skip(), gr.skip()
+                return
             ladder = session.ladder = Ladder(tokenizer, data, steps, seed, share=share, eval_iters=EVAL_ITERS)
             if session.stop_requested:  # Stop came while the data loaded
                 ladder.stop()
