@@ -23,6 +23,7 @@ from core.config import STAGES, GPTConfig
 from core.data import CORPORA, TokenData, default_tokenizer, load_shakespeare, read_text_file
 from core.ladder import DEFAULT_STEPS, Ladder
 from core.model import GPT
+from core.pretrained import PretrainedUnavailable, load_gpt2
 from core.presets import PRESETS, get_preset, preset_configs, preset_corpus
 from core.sample import stream
 from core.train import TrainConfig, TrainEvent, Trainer, resolve_device
@@ -92,10 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="any other model or training setting, e.g. --set n_layer=6 --set dropout=0.1")
 
     sample = commands.add_parser(
-        "sample", help="generate text from a checkpoint",
-        description="Stream text from a checkpoint folder or .zip to stdout.",
+        "sample", help="generate text from a checkpoint or GPT-2",
+        description="Stream text from a checkpoint folder or .zip, or OpenAI's pretrained GPT-2, to stdout.",
     )
-    sample.add_argument("--checkpoint", required=True, type=Path, help="folder or .zip written by 'train'")
+    source = sample.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", type=Path, help="folder or .zip written by 'train'")
+    source.add_argument("--gpt2", metavar="NAME_OR_FOLDER",
+                        help="OpenAI's GPT-2: a Hugging Face Hub id (gpt2, gpt2-medium, ...) or a folder holding "
+                             "config.json and model.safetensors")
     sample.add_argument("--prompt", default="", help="text to continue (default: the start-of-text token)")
     sample.add_argument("--max-new-tokens", type=int, default=500)
     sample.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
@@ -262,7 +267,11 @@ def _save(out: Path, trainer: Trainer, tokenizer, meta: dict, val_loss: float | 
 
 
 def sample(args: argparse.Namespace) -> int:
-    model, tokenizer, meta = checkpoint.load(args.checkpoint)
+    if args.gpt2:
+        gpt2 = load_gpt2(args.gpt2)
+        model, tokenizer = gpt2.model, gpt2.tokenizer
+    else:
+        model, tokenizer, _ = checkpoint.load(args.checkpoint)
     model.to(resolve_device(args.device))
     if args.prompt:
         prompt_ids = tokenizer.encode(args.prompt)
@@ -322,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "ladder":
             return ladder(args)
         return list_presets()
-    except ValueError as error:  # DataError, CheckpointError and bad settings: a message, not a traceback
+    # DataError, CheckpointError, bad settings, GPT-2 out of reach: a message, not a traceback
+    except (ValueError, PretrainedUnavailable) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 

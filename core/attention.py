@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from core.config import GPTConfig
 from core.model import GPT
 
 PATTERNS = ("previous-token", "first-token", "self", "fixed-offset", "induction", "mirror")
@@ -577,6 +578,16 @@ def text_loss(model: GPT, ids: list[int]) -> float:
         raise ValueError("the loss needs a text of at least 2 tokens")
     with _evaluating(model):
         return model(idx[:, :-1], idx[:, 1:])[1].item()
+
+
+def importance_macs(config: GPTConfig, n_tokens: int) -> int:
+    """About how many multiply-adds `head_importance` does on `n_tokens` tokens: for each head, the
+    layers from its own to the last, then the unembedding. (GPT-2 small: ~12 G per token; a 6-layer
+    model of 256 channels: ~0.1 G.) A server caps the tokens by it."""
+    C, L, H = config.n_embd, config.n_layer, config.n_head
+    per_layer = 12 * C * C + 2 * C * n_tokens  # qkv, projection, feed-forward (4C); the attention itself
+    per_head_copy = sum((L - layer) * per_layer + config.vocab_size * C for layer in range(L))
+    return H * n_tokens * per_head_copy
 
 
 def head_importance(model: GPT, ids: list[int], mode: str = "zero") -> torch.Tensor:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-ACTIVATIONS = ("gelu", "relu")
+# "gelu_tanh": GELU through tanh, the approximation GPT-2 was trained with (Hugging Face calls
+# it "gelu_new"); pretrained GPT-2 weights need it to give GPT-2's outputs.
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 # How the weights start. "gpt2": N(0, 0.02), the projections into the residual stream scaled down
 # (GPT-2, nanoGPT). "pytorch": PyTorch's own layer defaults, which the lecture's early stages use:
 # embeddings N(0, 1), Linear weights U(+-1/sqrt(fan_in)). Without residual connections the small

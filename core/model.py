@@ -14,6 +14,7 @@ looking means an explicit masked softmax whose tensors pass through the hook poi
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Iterator
 
@@ -108,11 +109,19 @@ def _causal_mask(T: int, past: int, device: torch.device) -> torch.Tensor:
     return torch.ones(T, past + T, dtype=torch.bool, device=device).tril(diagonal=past)
 
 
+# The layer for each name in `core.config.ACTIVATIONS`.
+ACTIVATION_LAYERS = {
+    "gelu": nn.GELU,
+    "gelu_tanh": functools.partial(nn.GELU, approximate="tanh"),
+    "relu": nn.ReLU,
+}
+
+
 class FeedForward(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.act = nn.GELU() if config.activation == "gelu" else nn.ReLU()
+        self.act = ACTIVATION_LAYERS[config.activation]()
         self.proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 

@@ -11,18 +11,31 @@ memory; each head's pattern scores at every snapshot; the moment an induction he
 
 When the snapshots outgrow `max_bytes`, every other one is dropped and snapshots are taken half
 as often: the movie always spans the whole run, ever more coarsely.
+
+    Path("movie.gif").write_bytes(movie_gif(movie))   # every snapshot, a layer per row, a head per column
 """
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+from PIL import Image, ImageDraw
 
 from core.attention import STRONG_PATTERN, pattern_scores
 
 MOVIE_BYTES = 2 * 2**20  # a session's snapshots: 2 MiB (sixty learners: 120 MiB at most)
 SCORED = ("previous-token", "first-token", "induction")  # the scores drawn under the loss curve
+# The GIF: at most this wide, each head's map at most GIF_CELL_PX square; a frame per snapshot, the
+# last held longer. Its colours are the app's (plotly's "Blues", white = no weight), in a fixed palette.
+GIF_WIDTH_PX, GIF_CELL_PX, GIF_GAP_PX, GIF_CAPTION_PX = 720, 120, 4, 22
+GIF_FRAME_MS, GIF_LAST_FRAME_MS = 150, 2000
+BLUES = ((247, 251, 255), (222, 235, 247), (198, 219, 239), (158, 202, 225), (107, 174, 214), (66, 146, 198),
+         (33, 113, 181), (8, 81, 156), (8, 48, 107))
+GIF_LEVELS = 254  # palette entries for weights 0..1; then the gap grey and the caption's ink
+GAP, INK = GIF_LEVELS, GIF_LEVELS + 1
 
 
 @dataclass(frozen=True)
@@ -87,3 +100,42 @@ def induction_onset(movie: AttentionMovie, threshold: float = STRONG_PATTERN) ->
     below = (best < threshold).nonzero().flatten()
     first = 0 if len(below) == 0 else int(below[-1]) + 1
     return steps[first] if first < len(steps) else None
+
+
+def movie_gif(movie: AttentionMovie, width: int = GIF_WIDTH_PX) -> bytes:
+    """The movie as an animated GIF: a frame per snapshot, captioned with its step, layers as rows and
+    heads as columns on one colour scale (0 white, 1 dark blue). At most `width` pixels wide."""
+    if not movie.frames:
+        raise ValueError("the movie has no snapshots yet")
+    n_layer, n_head, n_tokens, _ = movie.frames[0].maps.shape
+    cell = max(8, min(GIF_CELL_PX, (width - GIF_GAP_PX * (n_head + 1)) // n_head))
+    size = (GIF_GAP_PX + n_head * (cell + GIF_GAP_PX), GIF_CAPTION_PX + GIF_GAP_PX + n_layer * (cell + GIF_GAP_PX))
+    images = [_gif_frame(frame, cell, size) for frame in movie.frames]
+    durations = [GIF_FRAME_MS] * (len(images) - 1) + [GIF_LAST_FRAME_MS]
+    out = io.BytesIO()
+    images[0].save(out, format="GIF", save_all=True, append_images=images[1:], duration=durations, loop=0,
+                   optimize=False)
+    return out.getvalue()
+
+
+def _gif_frame(frame: Frame, cell: int, size: tuple[int, int]) -> Image.Image:
+    image = Image.new("P", size, GAP)
+    image.putpalette(_gif_palette())
+    levels = (frame.maps.float().clamp(0, 1) * (GIF_LEVELS - 1)).round().to(torch.uint8).numpy()  # (L, H, T, T)
+    n_tokens = levels.shape[-1]
+    resample = Image.Resampling.NEAREST if cell >= n_tokens else Image.Resampling.BOX  # sharp cells, or averaged
+    for layer, row in enumerate(levels):
+        for head, grid in enumerate(row):
+            tile = Image.fromarray(np.ascontiguousarray(grid), mode="L").resize((cell, cell), resample)
+            image.paste(tile, (GIF_GAP_PX + head * (cell + GIF_GAP_PX),
+                               GIF_CAPTION_PX + GIF_GAP_PX + layer * (cell + GIF_GAP_PX)))
+    ImageDraw.Draw(image).text((GIF_GAP_PX, 4), f"step {frame.step:,}   (rows: layers, columns: heads)", fill=INK)
+    return image
+
+
+def _gif_palette() -> list[int]:
+    """GIF_LEVELS colours along BLUES, then the gaps' grey and the caption's ink: 256 RGB triples, flat."""
+    anchors = np.array(BLUES, dtype=np.float64)  # (9, 3)
+    at = np.linspace(0, len(BLUES) - 1, GIF_LEVELS)
+    colours = np.stack([np.interp(at, np.arange(len(BLUES)), anchors[:, c]) for c in range(3)], axis=1)
+    return [*colours.round().astype(int).flatten().tolist(), 209, 213, 219, 17, 24, 39]

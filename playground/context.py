@@ -11,13 +11,15 @@ components that tabs share.
             with ctx.registry.job(request, "attention"):
                 ...
 
-Shared: `share`, the round-robin turns every training takes step by step (`core.schedule`).
+Shared: `share`, the round-robin turns every training takes step by step (`core.schedule`), and
+`gpt2`, the one copy of the pretrained GPT-2's weights (`playground.pretrained`).
 
 Shared components:
 - `model_changed`: a hidden Textbox the Train tab sets to a new value whenever the session's model
-  is replaced, trained further, reset or loaded from a checkpoint. Tabs that show something derived
-  from the model listen with `ctx.model_changed.change(...)`. Its value is a short description of
-  the model (empty when there is none).
+  is replaced, trained further, reset or loaded from a checkpoint, and the model pickers of Generate
+  and Attention when the session switches between its model and GPT-2. Tabs that show something
+  derived from the model listen with `ctx.model_changed.change(...)`. Its value is a short
+  description of what Generate and Attention read (empty when there is nothing).
 - `demo`: the `gr.Blocks` being built, e.g. for `ctx.demo.load(fn, inputs, outputs)`.
 - `tabs`: the `gr.Tabs`, so a button can switch tab (`gr.Tabs(selected="attention")`); tab ids are
   "train", "generate", "attention", "ladder", "baby".
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 from core.schedule import FairShare
+from playground.pretrained import SharedGPT2
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
 
@@ -45,6 +48,11 @@ class AppContext:
     tabs: gr.Tabs
     demo: gr.Blocks | None = None  # for `ctx.demo.load(...)` (runs when a page opens)
     share: FairShare = field(default_factory=FairShare)  # turns for every session's training steps
+    gpt2: SharedGPT2 | None = None  # the pretrained GPT-2 every session may read (made from the settings if None)
+
+    def __post_init__(self) -> None:
+        if self.gpt2 is None:
+            self.gpt2 = SharedGPT2(self.settings.gpt2_weights)
 
     def heavy(self, kind: str) -> dict:
         """Event keyword arguments for a heavy event kind: at most N of them run at once."""

@@ -49,6 +49,9 @@ from typing import Any
 import gradio as gr
 import torch
 
+from core.config import GPTConfig, stage_of
+from core.runs import RunLog
+
 SWEEP_EVERY_S = 30.0  # sweeping is O(sessions); no need to do it on every request
 EXPIRED_MEMORY = 1000  # how many expired session keys we remember, to tell their owners
 MAX_KEY_CHARS = 128  # Gradio's session hashes are about 11 characters; a key is kept in memory
@@ -64,10 +67,23 @@ def _server_id() -> str:
     return secrets.token_hex(16)
 
 
+BLOCKLESS_TITLES = {"bigram": "a bigram model", "positions": "a bigram model with position embeddings"}
+
+
+def model_title(config: GPTConfig) -> str:
+    """'a bigram model', 'a 2-layer model with 4 heads': what a learner would call it."""
+    title = BLOCKLESS_TITLES.get(stage_of(config))
+    if title:
+        return title
+    heads = "1 head" if config.n_head == 1 else f"{config.n_head} heads"
+    return f"a {config.n_layer}-layer model with {heads}"
+
+
 @dataclass
 class TrainedModel:
     """A session's GPT and what came with it: the Train tab makes it (training, or a loaded
-    checkpoint) and continues it; Generate and Attention read its model and tokenizer."""
+    checkpoint) and continues it; Generate and Attention read its model and tokenizer. (A view over
+    the pretrained GPT-2 is one too, without trainer or history: see playground.pretrained.)"""
 
     model: Any  # core.model.GPT
     tokenizer: Any  # core.tokenizers.Tokenizer
@@ -77,6 +93,7 @@ class TrainedModel:
     train_config: Any = None  # core.train.TrainConfig | None of the last run
     resume_state: dict | None = None  # an uploaded checkpoint's training state, for the next Train
     movie: Any = None  # core.movie.AttentionMovie | None: its attention over training, continued by Train
+    run: int = 0  # its number among the session's runs (core.runs.RunLog), to compare; 0: not a run yet
 
     @property
     def step(self) -> int:
@@ -84,6 +101,12 @@ class TrainedModel:
         if self.trainer is not None:
             return self.trainer.step
         return self.history[-1]["step"] if self.history else 0
+
+    def describe(self) -> str:
+        """One line about the model, shown by other tabs."""
+        c, title = self.model.config, model_title(self.model.config)
+        return (f"{title[0].upper()}{title[1:]}, {c.n_embd} channels, context {c.block_size}, "
+                f"vocabulary {c.vocab_size:,}; trained {self.step} steps on {self.corpus_name}.")
 
     def training_state(self) -> dict | None:
         """What Train continues from: the live trainer's state, or an uploaded checkpoint's (or None)."""
@@ -97,6 +120,9 @@ class Session:
     key: str  # the client's session hash: a dictionary key only, never part of a path
     id: str = field(default_factory=_server_id)  # made here: names the session's files
     trained: TrainedModel | None = None  # the session's GPT, if it has one (Train)
+    # The session's own view over the server's shared GPT-2 while Generate and Attention read it
+    # instead of `trained` (playground.pretrained; Train sets it back to None when it makes a model).
+    pretrained: TrainedModel | None = None
     # Randomness is per session so one user's draws do not depend on another's activity;
     # each session starts from fresh OS entropy (a seed given in the UI overrides it per call).
     generator: torch.Generator = field(default_factory=_entropy_generator)
@@ -105,6 +131,7 @@ class Session:
     attention: Any = None  # the Attention tab's last analysis
     baby: Any = None  # the Baby GPT tab's own state object
     ladder: Any = None  # the Ladder tab's last climb (core.ladder.Ladder), running or done
+    runs: RunLog = field(default_factory=RunLog)  # its last few runs, to compare (Train)
     last_used: float = field(default_factory=time.monotonic)
     holds_model: bool = False  # has one of the registry's model slots (registry)
     browser: bool = False  # its page is open in a browser, so a heartbeat will tell us when it closes (registry)
@@ -120,6 +147,11 @@ class Session:
     @property
     def tokenizer(self):
         return None if self.trained is None else self.trained.tokenizer
+
+    @property
+    def reading(self) -> TrainedModel | None:
+        """What Generate and Attention read: the pretrained GPT-2 when chosen, else the session's own model."""
+        return self.pretrained or self.trained
 
     @property
     def trainer(self):

@@ -38,6 +38,9 @@ class Settings:
     max_prompt_chars: int = 10_000  # prompts and attention inputs
     max_upload_bytes: int = 40_000_000  # any upload: a max_params checkpoint is 32 MB
     max_attention_tokens: int = 256  # tokens shown in attention maps
+    # head importance runs the model once per head: its tokens are cut to this many billion multiply-adds
+    # (core.attention.importance_macs; ~5 s of one core): GPT-2 gets ~16 tokens, a 6 x 8 x 256 model all 256
+    max_importance_gmacs: float = 200.0
     # sessions (the policy is in playground/sessions.py)
     max_sessions: int = 60  # sessions holding a model
     max_light_sessions: int = 1000  # sessions holding none (a visitor who has not trained yet)
@@ -59,6 +62,10 @@ class Settings:
     max_queue_size: int = 100
     # torch intra-op threads per process, see `playground.app.configure_torch`
     torch_threads: int = 1
+    # OpenAI's GPT-2 for Generate and Attention (playground.pretrained): a Hugging Face Hub repo id,
+    # downloaded on first use, or a local folder with config.json and model.safetensors (offline).
+    # Set by whoever runs the server, never by a client.
+    gpt2_weights: str = "gpt2"
     # True when the caps were lifted on purpose (a laptop), for messages only
     caps_lifted: bool = False
 
@@ -66,6 +73,7 @@ class Settings:
     CAPS = (
         "max_layers", "max_heads", "max_embd", "max_block_size", "max_batch_size", "max_params", "max_iters",
         "max_new_tokens", "max_text_chars", "max_prompt_chars", "max_upload_bytes", "max_attention_tokens",
+        "max_importance_gmacs",
     )
 
     def __post_init__(self) -> None:
@@ -99,6 +107,7 @@ class Settings:
             max_params=2_000_000_000,
             max_iters=1_000_000, max_new_tokens=10_000, max_text_chars=200_000_000,
             max_prompt_chars=200_000, max_upload_bytes=2_000_000_000, max_attention_tokens=512,
+            max_importance_gmacs=100_000.0,
             # one training computes at a time, on every core (two tabs take turns)
             max_sessions=8, torch_threads=max(1, os.cpu_count() or 1), train_slots=1, caps_lifted=True,
         )
@@ -124,4 +133,6 @@ def _parse(kind: str, raw: str):
         if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
             raise ValueError(raw)
         return raw.lower() in ("1", "true", "yes")
+    if kind == "str":
+        return raw
     return int(raw) if kind == "int" else float(raw)

@@ -15,6 +15,9 @@ import torch
 import core.data
 
 REPO = Path(__file__).resolve().parent.parent
+# Tests never reach the Hugging Face Hub either: a test that reads GPT-2 points the app at a tiny
+# folder it made, and anything else asking for "gpt2" gets core.pretrained's offline message at once.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # ---------------------------------------------------------------- Tiny Shakespeare, offline
 # Tests never download it. They read the real file from $PLAYGROUND_DATA_DIR or ../shared/data

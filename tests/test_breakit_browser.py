@@ -48,3 +48,29 @@ def test_the_attention_movie_endpoint_over_http(running_app):
     answer = client.predict(api_name="/attention_movie")
     assert answer["steps"][-1] == 12 and len(answer["frames"]) == len(answer["steps"])
     assert len(answer["frames"][0]["maps"][0]) == 2  # the tiny model's two heads
+
+
+@pytest.mark.parametrize("width, height, name", [(1366, 900, "desktop"), (390, 844, "phone")])
+def test_two_runs_compare_side_by_side_and_the_movie_downloads(open_page, width, height, name):  # noqa: F811
+    page = open_page(width, height)
+    page.locator("#param-count").filter(has_text="parameters").wait_for()
+    set_number(page, "Steps", 60)
+    page.locator("#train-button").click()
+    page.locator("#train-status").filter(has_text="Done: 60 steps").wait_for()
+    page.locator("#switch-scale_attention input").uncheck()
+    page.locator("#new-model-button").click()
+    page.locator("#train-status").filter(has_text="Done: 60 steps").wait_for()
+    page.locator("#compare").get_by_text("Compare runs").first.click()  # open the accordion
+    table = page.locator("#compare-table")
+    table.filter(has_text="no √d scaling").wait_for()
+    assert "Run 1" in table.inner_text() and "Run 2" in table.inner_text()
+    page.locator("#compare-attention").filter(has_text="R2 H0").wait_for()  # a row of heads per run
+    page.locator("#compare-loss").filter(has_text="Run 1: √d scaling").wait_for()
+    page.locator("#compare-loss").scroll_into_view_if_needed()
+    page.screenshot(path=str(SCREENSHOTS / f"compare-runs-{name}.png"), full_page=True)
+    # Unticking a run redraws without it.
+    page.locator("#compare-runs").get_by_text("Run 1").click()
+    page.locator("#compare-table").filter(has_not_text="Run 1").wait_for()
+    page.locator("#movie-gif-button").click()
+    page.locator("#movie-gif").filter(has_text=".gif").wait_for()
+    assert_no_errors(page)

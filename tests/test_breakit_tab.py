@@ -183,3 +183,20 @@ def test_a_shared_link_carries_a_switch(train):
     assert setup.ignored == () and "causal" in setup.applied
     assert train.recipe(TrainForm(**setup.values)).model["causal"] is False
     assert "causal=false" not in address and share.parse([("causal", "false")], train).ignored  # refused, named
+
+
+def test_the_movie_downloads_as_a_gif_and_a_loaded_checkpoint_clears_the_replay(train, ctx):
+    from PIL import Image
+
+    with pytest.raises(gr.Error, match="no attention movie yet"):
+        train.movie_gif("a")
+    run_train(train, steps=30)
+    frames = ctx.registry.get("a").trained.movie.frames
+    path = train.movie_gif("a")
+    assert path.endswith("attention-movie-step30.gif") and ctx.registry.get("a").id in path  # the server's id
+    with Image.open(path) as gif:
+        assert gif.n_frames == len(frames)
+    shown = train.load_checkpoint(train.save_checkpoint("a"), "a")
+    assert shown["movie_note"] == train_tab.NO_MOVIE  # not the old model's movie any more
+    assert train_tab.NO_REPLAY in plotted(shown["movie_plot"]).layout.annotations[0].text
+    assert train_tab.NO_SCORES in plotted(shown["head_scores"]).layout.annotations[0].text

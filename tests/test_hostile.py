@@ -400,3 +400,29 @@ def test_the_inside_tools_answer_and_export_under_the_servers_names(app, analyse
     assert names == ["attention-analysis.json", "attention-weights.csv", "attention-weights.npy"]
     assert all("inside-export" not in f["path"] and ".." not in f["path"] for f in files)
     assert "Analyse a text first" in app.error("logit_lens", [5], "never-analysed")
+
+
+# ---------------------------------------------------------------- compare runs and the movie's GIF
+
+
+def test_compare_and_the_gif_answer_only_for_the_callers_own_runs(app):
+    app.ok("train", form(steps=10), "comparer")
+    app.ok("train_new", form(steps=10, scale_attention=False), "comparer")
+    (mine,) = app.ok("compare_runs", [], "comparer")
+    assert [run["run"] for run in mine["runs"]] == [1, 2] and mine["runs"][1]["config"]["scale_attention"] is False
+    (theirs,) = app.ok("compare_runs", [], "a-stranger")  # another session sees none of it
+    assert theirs["runs"] == [] and theirs["bytes"] == 0
+    loss, attention, table = app.ok("compare_show", [[1, 2], 0], "comparer")
+    assert [row[0] for row in table["data"]] == ["Run 1", "Run 2"]
+    assert app.ok("compare_show", [[1, 2], 0], "a-stranger")[2]["data"] in ([], [[""] * 7])  # nothing to show
+    gif = app.ok("attention_movie_gif", [], "comparer")[0]
+    assert gif["path"].endswith(".gif") and httpx.get(gif["url"], timeout=30).content[:6] == b"GIF89a"
+    assert "no attention movie yet" in app.error("attention_movie_gif", [], "a-stranger")
+
+
+@pytest.mark.parametrize("data, name", [
+    (["1", 0], "Runs"), ([list(range(50)), 0], "Runs"), ([["x"], 0], "Run"), ([[1.5], 0], "Run"),
+    ([[1], -1], "Layer"), ([[1], 10**9], "Layer"), ([[1], None], "Layer"), ([[1], math.nan], "Layer"),
+])
+def test_every_compare_field_answers_bad_values_with_its_name(app, data, name):
+    assert name in app.error("compare_show", data, "comparer-bad")

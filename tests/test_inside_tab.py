@@ -266,3 +266,22 @@ def test_a_new_analysis_offers_its_heads_and_clears_the_tools(handlers, session)
     picker, *cleared = handlers.reset_tools("alice")
     assert [value for _, value in picker.choices] == ["L0 H0", "L0 H1", "L0 H2", "L1 H0", "L1 H1", "L1 H2"]
     assert picker.value == [] and all(value in ("", None) for value in cleared)
+
+
+def test_importance_keeps_to_the_servers_budget_on_a_large_model(session):
+    from core.attention import importance_macs
+    from test_attention_tab import make_ctx
+
+    config = session.model.config
+    budget = importance_macs(config, 6)  # what 6 of the 11 tokens cost, in multiply-adds
+    ctx = make_ctx(max_attention_tokens=20, max_importance_gmacs=budget / 1e9)
+    handlers = tab.AttentionHandlers(ctx)
+    ctx.registry.get("alice").trained = session.trained
+    handlers.analyse(TEXT, "alice")
+    fig = handlers.importance("zero", "alice")
+    assert "first 6 of 11 tokens" in fig.layout.title.subtitle.text
+    expected = head_importance(session.model, ctx.registry.get("alice").attention.ids[:6], "zero")
+    assert np.allclose(np.array(fig.data[0].z, dtype=np.float32), expected.numpy(), atol=1e-6)
+    _, files = handlers.export("alice")
+    document = json.loads(Path(next(f for f in files if f.endswith(".json"))).read_text())
+    assert document["importance_tokens"] == 6 and len(document["importance"]["zero"]) == 2

@@ -61,3 +61,29 @@ def test_no_onset_without_a_head_past_layer_zero():
     assert induction_onset(movie) is None
     with pytest.raises(ValueError, match="pattern"):
         movie.score_curve("mirror")
+
+
+def test_the_gif_has_a_frame_per_snapshot_in_the_apps_colours():
+    import io
+
+    from PIL import Image
+
+    from core.movie import GIF_WIDTH_PX, movie_gif
+
+    movie = AttentionMovie(PROBE)
+    movie.add(10, uniform())
+    movie.add(20, with_induction_head(layer=1, head=2))
+    with pytest.raises(ValueError, match="no snapshots"):
+        movie_gif(AttentionMovie(PROBE))
+    image = Image.open(io.BytesIO(movie_gif(movie)))
+    assert image.format == "GIF" and image.n_frames == 2 and image.size[0] <= GIF_WIDTH_PX
+    assert image.size[0] < image.size[1] * 2  # 3 heads wide, 2 layers high (and a caption)
+    image.seek(1)
+    last = image.convert("RGB")
+    # weight 1 is the darkest blue: every row of the induction head (head 2, the last column) has it,
+    # only the first row of a uniform head (which sees one token)
+    darkest = (8, 48, 107)
+    width, height = last.size
+    dark = [sum(last.getpixel((x, y)) == darkest for y in range(height)) for x in range(width)]
+    first_head, last_head = sum(dark[: width // 3]), sum(dark[2 * width // 3:])
+    assert last_head > 5 * first_head > 0

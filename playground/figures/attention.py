@@ -54,9 +54,9 @@ def _pooling_note(spans: list[tuple[int, int]], n_tokens: int) -> str:
     return "" if size == 1 else f"Pooled: {n_tokens} tokens in groups of {size}; rows still sum to 1"
 
 
-def _hover(layer: int, head: int, pooled: bool) -> str:
+def _hover(row: str, head: int, pooled: bool) -> str:
     what = "share of the query group's attention on the key group" if pooled else "weight"
-    return f"layer {layer} head {head}<br>query %{{y}}<br>key %{{x}}<br>{what} %{{z:.4f}}<extra></extra>"
+    return f"{row} head {head}<br>query %{{y}}<br>key %{{x}}<br>{what} %{{z:.4f}}<extra></extra>"
 
 
 def _top(title: str, note: str = "") -> dict:
@@ -76,40 +76,52 @@ def heatmap_grid(maps: torch.Tensor, labels: list[str], *, json_budget: int = GR
 
     Maps are block-pooled to the largest size whose JSON fits `json_budget` (the subtitle says so).
     """
-    n_layer, n_head, n_tokens, _ = maps.shape
-    n_heads = n_layer * n_head
+    return heatmap_rows([(f"L{layer}", maps[layer], labels) for layer in range(maps.size(0))],
+                        json_budget=json_budget, title=title)
+
+
+def heatmap_rows(rows: list[tuple[str, torch.Tensor, list[str]]], *, json_budget: int = GRID_JSON_BUDGET,
+                 title: str) -> go.Figure:
+    """Rows of heatmaps on one colour scale: each row (name, maps (H, T, T), token labels) has its own
+    heads and tokens (a layer of one model, or one run among others), its panels titled "{name} H{head}".
+
+    Maps are block-pooled to the largest size whose JSON fits `json_budget` (the subtitle says so).
+    """
+    n_rows, n_cols = len(rows), max(maps.size(0) for _, maps, _ in rows)
+    n_heads = sum(maps.size(0) for _, maps, _ in rows)
     side = max(1, math.isqrt(max(0, json_budget - n_heads * JSON_PER_HEAD) // (n_heads * JSON_PER_CELL)))
-    pooled, spans = pool_attention(maps, side)  # (L, H, N, N)
-    names = axis_labels(labels, spans)
-    show_ticks = len(names) <= TICK_LABELS_MAX and n_head <= 4
-    values = pooled.numpy().astype(np.float32)
     # Axes laid out by hand: plotly's make_subplots validates each update and takes seconds for 144 heads.
-    data, layout, titles = [], {}, []
-    for layer in range(n_layer):
-        for head in range(n_head):
-            n = layer * n_head + head + 1
+    data, layout, titles, notes, n = [], {}, [], set(), 0
+    for row, (name, maps, labels) in enumerate(rows):
+        pooled, spans = pool_attention(maps.float(), side)  # (H, N, N)
+        names = axis_labels(labels, spans)
+        show_ticks = len(names) <= TICK_LABELS_MAX and n_cols <= 4
+        values = pooled.numpy().astype(np.float32)
+        notes.add(_pooling_note(spans, maps.size(-1)))
+        for head in range(maps.size(0)):
+            n += 1
             data.append(go.Heatmap(
-                z=values[layer, head], x=names, y=names, coloraxis="coloraxis", xaxis=f"x{n}", yaxis=f"y{n}",
-                hovertemplate=_hover(layer, head, len(spans) < n_tokens),
+                z=values[head], x=names, y=names, coloraxis="coloraxis", xaxis=f"x{n}", yaxis=f"y{n}",
+                hovertemplate=_hover(name, head, len(spans) < maps.size(-1)),
             ))
-            x0, y1 = head / n_head, 1 - layer / n_layer
+            x0, y1 = head / n_cols, 1 - row / n_rows
             layout[f"xaxis{n}"] = dict(
-                domain=[x0, x0 + 0.92 / n_head], anchor=f"y{n}", type="category", ticks="",
-                showticklabels=show_ticks and layer == n_layer - 1, tickangle=-90,
+                domain=[x0, x0 + 0.92 / n_cols], anchor=f"y{n}", type="category", ticks="",
+                showticklabels=show_ticks and row == n_rows - 1, tickangle=-90,
                 # on a narrow screen the edge labels of side-by-side heads would run into each other
                 ticklabeloverflow="hide past domain",
             )
             layout[f"yaxis{n}"] = dict(
-                domain=[y1 - 0.85 / n_layer, y1 - 0.07 / n_layer], anchor=f"x{n}", type="category",
+                domain=[y1 - 0.85 / n_rows, y1 - 0.07 / n_rows], anchor=f"x{n}", type="category",
                 ticks="", autorange="reversed", showticklabels=show_ticks and head == 0,
             )
-            titles.append(dict(text=f"L{layer} H{head}", x=x0 + 0.46 / n_head, y=y1, xref="paper", yref="paper",
+            titles.append(dict(text=f"{name} H{head}", x=x0 + 0.46 / n_cols, y=y1, xref="paper", yref="paper",
                                xanchor="center", yanchor="top", showarrow=False, font=dict(size=10)))
-    cell_px = max(70, min(220, 960 // n_head))
+    cell_px = max(70, min(220, 960 // n_cols))
     return go.Figure(data=data, layout=dict(
-        layout, annotations=titles, **_top(title, _pooling_note(spans, n_tokens)),
+        layout, annotations=titles, **_top(title, "; ".join(sorted(note for note in notes if note))),
         coloraxis=dict(colorscale=COLORSCALE, cmin=0, cmax=1, colorbar=dict(title="weight", thickness=12)),
-        height=n_layer * cell_px + TOP_MARGIN_PX + 60, margin=dict(l=50, r=20, t=TOP_MARGIN_PX, b=40),
+        height=n_rows * cell_px + TOP_MARGIN_PX + 60, margin=dict(l=50, r=20, t=TOP_MARGIN_PX, b=40),
         plot_bgcolor="white",
     ))
 
@@ -136,7 +148,7 @@ def head_heatmap(weights: torch.Tensor, labels: list[str], layer: int, head: int
     ticks = dict(type="category", tickfont=dict(size=10))
     fig = go.Figure(go.Heatmap(
         z=pooled.numpy().astype(np.float32), x=names, y=names, colorscale=COLORSCALE, zmin=0, zmax=1,
-        colorbar=dict(title="weight", thickness=12), hovertemplate=_hover(layer, head, len(spans) < n_tokens),
+        colorbar=dict(title="weight", thickness=12), hovertemplate=_hover(f"L{layer}", head, len(spans) < n_tokens),
     ))
     fig.update_xaxes(title="key (attended to)", tickangle=-90, **ticks)
     fig.update_yaxes(title="query (looking)", autorange="reversed", **ticks)

@@ -6,6 +6,8 @@ from collections import Counter
 
 import plotly.graph_objects as go
 
+from playground.figures import note_figure
+
 # The token drawn is amber here and in the Generate tab's shaded text, so the two are seen as one.
 CHOSEN_COLOR = "#f59e0b"
 OTHER_COLOR = "#c7d2fe"
@@ -16,7 +18,7 @@ def alternatives_figure(alternatives: list[tuple[int, str, float]], chosen_id: i
     """Horizontal bars of the top candidates (id, label, probability), most likely on top;
     the token that was actually drawn is in the strong colour."""
     if not alternatives:
-        return _note("Generate some text, then click a token<br>to see what else the model considered.")
+        return note_figure("Generate some text, then click a token<br>to see what else the model considered.", 160)
     ranked = sorted(alternatives, key=lambda alt: alt[2])  # plotly draws the first bar at the bottom
     fig = go.Figure()
     fig.add_bar(
@@ -41,13 +43,3 @@ def _rows(ranked: list[tuple[int, str, float]]) -> list[str]:
     """One row name per bar: the token's label, with its id where labels repeat (byte pieces)."""
     counts = Counter(label for _, label, _ in ranked)
     return [label if counts[label] == 1 else f"{label} (id {token_id})" for token_id, label, _ in ranked]
-
-
-def _note(text: str) -> go.Figure:
-    """A small empty figure that only says `text` (no axes to puzzle over)."""
-    fig = go.Figure()
-    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                       font=dict(size=13, color="#6b7280"))
-    fig.update_layout(height=160, template="plotly_white", margin=dict(l=10, r=10, t=10, b=10),
-                      xaxis=dict(visible=False), yaxis=dict(visible=False))
-    return fig

@@ -144,8 +144,9 @@ def steps_vectors(steps: HeadSteps, labels: list[str]) -> go.Figure:
     ))
 
 
-def importance_figure(importance: torch.Tensor, mode_name: str) -> go.Figure:
-    """(L, H) loss increase per head switched off alone: red where the loss rises, blue where it falls."""
+def importance_figure(importance: torch.Tensor, mode_name: str, note: str = "") -> go.Figure:
+    """(L, H) loss increase per head switched off alone: red where the loss rises, blue where it falls;
+    `note` (if any) joins the subtitle."""
     n_layer, n_head = importance.shape
     values = importance.float().numpy()
     span = float(np.abs(values).max()) or 1.0
@@ -160,7 +161,7 @@ def importance_figure(importance: torch.Tensor, mode_name: str) -> go.Figure:
     fig.update_xaxes(side="top", type="category")
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_layout(
-        **_title("Loss increase, each head alone off", f"Switched off: {mode_name}"),
+        **_title("Loss increase, each head alone off", f"Switched off: {mode_name}" + (f". {note}" if note else "")),
         height=max(260, 44 * n_layer + TOP_MARGIN_PX + 60), margin=dict(l=50, r=20, t=TOP_MARGIN_PX + 20, b=20),
         plot_bgcolor="white",
     )

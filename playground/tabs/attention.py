@@ -34,12 +34,12 @@ import torch
 
 from core.attention import (
     ABLATIONS, PROBE_HALF_MAX, PROBE_HALF_MIN, HeadSteps, HeadSummary, LogitLens, ablate, attention_maps,
-    head_importance, head_steps, head_view, induction_probe, logit_lens, probe_induction, summarize_heads, text_loss,
+    head_importance, head_steps, head_view, importance_macs, induction_probe, logit_lens, probe_induction, summarize_heads, text_loss,
 )
 from core.model import GPT
 from core.sample import generate
 from core.tokenizers import Tokenizer, token_labels
-from playground import validate
+from playground import pretrained, validate
 from playground.context import AppContext
 from playground.figures import attention as figures
 from playground.figures import inside
@@ -105,7 +105,8 @@ class AttentionHandlers:
         settings = self.ctx.settings
         text = validate.text(text, "Text", settings.max_prompt_chars, cap=settings.cap_hint("max_prompt_chars"))
         with self.ctx.registry.job(request, "attention") as session:
-            model, tokenizer = _trained(session)
+            reading = _reading(session)
+            model, tokenizer = reading.model, reading.tokenizer
             with validate.user_errors():
                 all_ids = tokenizer.encode(text)
             if len(all_ids) < 2:
@@ -115,7 +116,7 @@ class AttentionHandlers:
                 maps = attention_maps(model, ids)  # (L, H, T, T)
                 summaries = summarize_heads(maps, ids, probe_induction(model))
             analysis = Analysis(ids, token_labels(tokenizer, ids), maps.half(), summaries,
-                                weakref.ref(session.trained), session.trained.step)
+                                weakref.ref(reading), reading.step)
             session.attention = analysis
         return self._render(analysis, self._cut_note(len(all_ids), len(ids), model.config.block_size))
 
@@ -178,7 +179,8 @@ class AttentionHandlers:
         session = self.ctx.registry.get(request)
         if not session.last_text:
             raise gr.Error("Nothing generated yet: generate some text on the Generate tab first.")
-        model, tokenizer = _trained(session)
+        reading = _reading(session)
+        model, tokenizer = reading.model, reading.tokenizer
         limit = self._token_limit(model)
         with validate.user_errors():
             ids = tokenizer.encode(session.last_text)
@@ -190,7 +192,8 @@ class AttentionHandlers:
     def probe(self, request: gr.Request) -> str:
         """A fresh repeated random-token text, the standard test for induction heads."""
         session = self.ctx.registry.get(request)
-        model, tokenizer = _trained(session)
+        reading = _reading(session)
+        model, tokenizer = reading.model, reading.tokenizer
         # a random length too: a head that looks back a fixed distance matches only one of them
         longest = max(PROBE_HALF_MIN, min(self._token_limit(model) // 2, PROBE_HALF_MAX))
         half = int(torch.randint(max(PROBE_HALF_MIN, longest // 2), longest + 1, (1,), generator=session.generator))
@@ -220,13 +223,13 @@ class AttentionHandlers:
     def head_steps(self, layer, head, query, without_scale, without_mask, request: gr.Request):
         """One head's arithmetic for one query token of the analysed text: a note, the table of
         scores and weights (the toggles add the weights without sqrt(d), without the mask), the vectors."""
-        with self._current(request) as (session, analysis):
+        with self._current(request) as (_, analysis, reading):
             layer, head = self._layer_head(analysis, layer, head)
             query = validate.integer(query, "Query token", 0, len(analysis.ids) - 1)
             without_scale = _flag(without_scale, "Without ÷√d")
             without_mask = _flag(without_mask, "Without the mask")
             with validate.user_errors():
-                steps = head_steps(session.model, analysis.ids, layer, head, query)
+                steps = head_steps(reading.model, analysis.ids, layer, head, query)
             analysis.results["steps"] = steps
         return (
             _steps_note(steps, analysis.labels, without_scale, without_mask),
@@ -239,7 +242,7 @@ class AttentionHandlers:
         (and nothing while the session trains: moving a picker must not raise a message about it)."""
         session = self.ctx.registry.get(request)
         analysis = session.attention
-        if analysis is None or "steps" not in analysis.results or not analysis.of(session.trained) or session.busy:
+        if analysis is None or "steps" not in analysis.results or not analysis.of(session.reading) or session.busy:
             return gr.skip(), gr.skip(), gr.skip()
         return self.head_steps(layer, head, query, without_scale, without_mask, request)
 
@@ -247,8 +250,8 @@ class AttentionHandlers:
         """The loss on the analysed text with `heads` switched off, and a greedy continuation of it
         with and without them: a note and the two continuations."""
         mode = validate.choice(mode, "Mode", ABLATIONS)
-        with self._current(request) as (session, analysis):
-            model, tokenizer = session.model, session.tokenizer
+        with self._current(request) as (_, analysis, reading):
+            model, tokenizer = reading.model, reading.tokenizer
             off = _heads(heads, *analysis.maps.shape[:2])
             n_new = min(CONTINUATION_TOKENS, self.ctx.settings.max_new_tokens)
             with validate.user_errors():
@@ -277,30 +280,44 @@ class AttentionHandlers:
     def importance(self, mode, request: gr.Request):
         """Every head's importance: the loss increase on the analysed text when it alone is off."""
         mode = validate.choice(mode, "Mode", ABLATIONS)
-        with self._current(request) as (session, analysis):
+        with self._current(request) as (_, analysis, reading):
             cached = analysis.results.setdefault("importance", {})
+            # A pass per head costs the model's size times the tokens: a large model's is capped to the
+            # server's budget (GPT-2 gets ~16 tokens instead of 40 s of a core); a small model's never is.
+            n_tokens = self._importance_tokens(reading.model.config, len(analysis.ids))
+            analysis.results["importance_tokens"] = n_tokens
             if mode not in cached:  # one pass over every head; kept per mode for this analysis
                 with validate.user_errors():
-                    cached[mode] = head_importance(session.model, analysis.ids, mode)
-            return inside.importance_figure(cached[mode], MODE_NAMES[mode])
+                    cached[mode] = head_importance(reading.model, analysis.ids[:n_tokens], mode)
+            capped = "" if n_tokens == len(analysis.ids) else (
+                f"The loss on the first {n_tokens} of {len(analysis.ids)} tokens: this server's budget for this model "
+                "(locally, --no-caps lifts it)")
+            return inside.importance_figure(cached[mode], MODE_NAMES[mode], capped)
+
+    def _importance_tokens(self, config, n_tokens: int) -> int:
+        """The most tokens (at least 2) whose importance pass fits the server's budget."""
+        budget = self.ctx.settings.max_importance_gmacs * 10**9
+        while n_tokens > 2 and importance_macs(config, n_tokens) > budget:
+            n_tokens -= 1
+        return n_tokens
 
     def lens(self, top_k, request: gr.Request):
         """The logit lens on the analysed text: a note on where the answer appears, and the figure."""
         top_k = validate.integer(top_k, "Top predictions", 1, LENS_TOP_K_MAX)
-        with self._current(request) as (session, analysis):
+        with self._current(request) as (_, analysis, reading):
             with validate.user_errors():
-                result = logit_lens(session.model, analysis.ids, top_k)
+                result = logit_lens(reading.model, analysis.ids, top_k)
             analysis.results["lens"] = result
-            top_labels = _top_labels(result, session.tokenizer)
+            top_labels = _top_labels(result, reading.tokenizer)
         return _lens_note(result), inside.lens_figure(result, analysis.labels, top_labels)
 
     def export(self, request: gr.Request) -> tuple[str, list[str]]:
         """The analysis as files to download: the weights (.npy, and .csv when not too large) and
         a .json of the text, its tokens, the summaries and what the tools found. Named by the app,
         in a folder named by the server's id for the session: nothing a client sends names a path."""
-        with self._current(request) as (session, analysis):
+        with self._current(request) as (session, analysis, reading):
             with validate.user_errors():
-                maps = attention_maps(session.model, analysis.ids).numpy()  # float32: exact, unlike the kept maps
+                maps = attention_maps(reading.model, analysis.ids).numpy()  # float32: exact, unlike the kept maps
             folder = self._folder(session)
             shutil.rmtree(folder, ignore_errors=True)  # only the latest export of a session is kept
             folder.mkdir(parents=True)
@@ -316,7 +333,7 @@ class AttentionHandlers:
             else:
                 note = (f"The .csv is left out: it would have {rows:,} rows (at most {MAX_CSV_ROWS:,}). "
                         "The .npy holds every weight; a shorter text makes a smaller .csv.")
-            document = _analysis_json(analysis, session)
+            document = _analysis_json(analysis, reading)
             (folder / EXPORT_NAMES["json"]).write_text(json.dumps(document, allow_nan=False), encoding="utf-8")
             written.append(folder / EXPORT_NAMES["json"])
         return note, [str(path) for path in written]
@@ -330,15 +347,16 @@ class AttentionHandlers:
         return gr.Dropdown(choices=names, value=[], multiselect=True), *cleared
 
     @contextlib.contextmanager
-    def _current(self, request: gr.Request) -> Iterator[tuple[Session, Analysis]]:
-        """The session under its job lock and its analysis, which must show the model as it is now."""
+    def _current(self, request: gr.Request) -> Iterator[tuple[Session, Analysis, TrainedModel]]:
+        """The session under its job lock, its analysis and the model the tab reads, which must be
+        the one the analysis shows, as it is now."""
         with self.ctx.registry.job(request, "attention") as session:
-            analysis = session.attention
+            analysis, reading = session.attention, session.reading
             if analysis is None:
                 raise gr.Error("Analyse a text first.")
-            if not analysis.of(session.trained):
+            if not analysis.of(reading):
                 raise gr.Error(STALE)
-            yield session, analysis
+            yield session, analysis, reading
 
     def _folder(self, session: Session) -> Path:
         """The session's export folder, named by the server's id for it (never the client's hash)."""
@@ -348,10 +366,12 @@ class AttentionHandlers:
         shutil.rmtree(self._folder(session), ignore_errors=True)
 
 
-def _trained(session: Session) -> tuple[GPT, Tokenizer]:
-    if session.model is None or session.tokenizer is None:
-        raise gr.Error("There is no model yet: train one on the Train tab (or upload a checkpoint) first.")
-    return session.model, session.tokenizer
+def _reading(session: Session) -> TrainedModel:
+    """What the tab reads: the session's own model, or GPT-2 when the picker says so."""
+    if session.reading is None:
+        raise gr.Error("There is no model yet: train one on the Train tab (or upload a checkpoint), "
+                       "or pick GPT-2 above.")
+    return session.reading
 
 
 def _flag(value, name: str) -> bool:
@@ -464,11 +484,11 @@ def _weights_frame(maps: np.ndarray, labels: list[str]) -> pd.DataFrame:
     })
 
 
-def _analysis_json(analysis: Analysis, session: Session) -> dict:
+def _analysis_json(analysis: Analysis, reading: TrainedModel) -> dict:
     """The analysis as plain JSON: the text, its tokens, the summaries, and each tool's latest result."""
-    config = session.model.config
+    config = reading.model.config
     document = {
-        "text": session.tokenizer.decode(analysis.ids), "ids": analysis.ids, "tokens": analysis.labels,
+        "text": reading.tokenizer.decode(analysis.ids), "ids": analysis.ids, "tokens": analysis.labels,
         "model": {**{name: getattr(config, name) for name in ("n_layer", "n_head", "n_embd", "block_size",
                                                                "vocab_size")}, "step": analysis.step},
         "weights": f"{EXPORT_NAMES['npy']}: float32 (layer, head, query, key)",
@@ -481,10 +501,11 @@ def _analysis_json(analysis: Analysis, session: Session) -> dict:
         document["knock_out"] = results["knock_out"]
     if "importance" in results:
         document["importance"] = {mode: values.tolist() for mode, values in results["importance"].items()}
+        document["importance_tokens"] = results["importance_tokens"]  # the loss's tokens: the first n
     if "lens" in results:
         lens = results["lens"]
         document["logit_lens"] = {
-            "depths": lens.depths, "top_tokens": _top_labels(lens, session.tokenizer),
+            "depths": lens.depths, "top_tokens": _top_labels(lens, reading.tokenizer),
             **{name: getattr(lens, name).tolist() for name in ("top_ids", "top_probs", "target_probs", "target_ranks")},
         }
     return document
@@ -570,6 +591,7 @@ def _plot(label: str, elem_id: str, **kwargs) -> gr.Plot:
 
 def build(ctx: AppContext) -> None:
     handlers = AttentionHandlers(ctx)
+    pretrained.picker(ctx, "attention")
     gr.Markdown(
         "Type a text in the model's vocabulary (or take the last generated text) and press **Analyse**. "
         "Each heatmap row is a token looking back (query); each column a token it can see (key). "

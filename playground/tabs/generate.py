@@ -20,15 +20,16 @@ import gradio as gr
 
 from core.sample import TokenStep, stream
 from core.tokenizers import CharTokenizer, GPT2Tokenizer, Tokenizer, visible
-from playground import validate
+from playground import pretrained, validate
 from playground.context import AppContext
 from playground.figures.generation import CHOSEN_COLOR, alternatives_figure
-from playground.sessions import Session
+from playground.sessions import Session, TrainedModel
 
 UI_INTERVAL_S = 0.2  # stream at most 5 updates a second
 STOP_WAIT_S = 5.0  # how long Stop waits for the cancelled stream to end
 N_ALTERNATIVES = 8
-NO_MODEL = "There is no model yet: train one on the **Train** tab (or upload a checkpoint there)."
+NO_MODEL = ("There is no model yet: train one on the **Train** tab (or upload a checkpoint there), "
+            "or pick **GPT-2** above.")
 SEED_MAX = 2**31 - 1
 # Tokens are shaded by probability in bands, light grey to dark indigo: confidence, not alarm.
 # HighlightedText draws each colour at half opacity under black text, so even the darkest reads well.
@@ -73,8 +74,9 @@ class GenerateHandlers:
             if running:  # training, or a second Enter in the prompt while generating
                 raise Refusal(f"This session is already running {running}; wait for it to finish or press Stop.")
             with self.registry.job(request, "generation") as session:
-                prompt_ids = _prompt_ids(session, prompt)
-                yield from _stream(session, prompt, prompt_ids, sampling)
+                reading = session.reading  # the session's model or GPT-2, as the picker says
+                prompt_ids = _prompt_ids(reading, prompt)
+                yield from _stream(session, reading, prompt, prompt_ids, sampling)
         except Refusal as refusal:
             yield _refused(refusal)
 
@@ -143,11 +145,11 @@ class GenerateHandlers:
 # ------------------------------------------------------------------ generation
 
 
-def _prompt_ids(session: Session, prompt: str) -> list[int]:
-    """The prompt as the session's model reads it; a Refusal if that model cannot take it."""
-    model, tokenizer = session.model, session.tokenizer
-    if model is None:
+def _prompt_ids(reading: TrainedModel | None, prompt: str) -> list[int]:
+    """The prompt as the model the tab reads takes it; a Refusal if that model cannot take it."""
+    if reading is None:
         raise Refusal(NO_MODEL.replace("**", ""))
+    model, tokenizer = reading.model, reading.tokenizer
     if isinstance(tokenizer, CharTokenizer):
         _check_characters(prompt, tokenizer)
     if not prompt:
@@ -175,14 +177,15 @@ def _check_characters(prompt: str, tokenizer: CharTokenizer) -> None:
     )
 
 
-def _stream(session: Session, prompt: str, prompt_ids: list[int], sampling: dict) -> Iterator[tuple]:
-    """(tokens, text, status) at most every UI_INTERVAL_S, then the final one; the session keeps
-    the steps for inspection and the text for the Attention tab."""
+def _stream(session: Session, reading: TrainedModel, prompt: str, prompt_ids: list[int],
+            sampling: dict) -> Iterator[tuple]:
+    """(tokens, text, status) at most every UI_INTERVAL_S, then the final one, from the model read; the
+    session keeps the steps for inspection and the text for the Attention tab."""
     steps: list[TokenStep] = []
     session.last_steps, session.last_text = steps, prompt
     last_ui = 0.0
     with validate.user_errors():
-        tokens = stream(session.model, session.tokenizer, prompt_ids, **sampling, generator=session.generator,
+        tokens = stream(reading.model, reading.tokenizer, prompt_ids, **sampling, generator=session.generator,
                         n_alternatives=N_ALTERNATIVES)
         for step in tokens:
             steps.append(step)
@@ -289,6 +292,7 @@ def _code(text: str) -> str:
 def build(ctx: AppContext) -> GenerateHandlers:
     s = ctx.settings
     handlers = GenerateHandlers(ctx)
+    pretrained.picker(ctx, "generate")
     with gr.Row(equal_height=False):
         with gr.Column(scale=3, min_width=420):
             model_info = gr.Markdown(NO_MODEL, elem_id="generate-model-info")

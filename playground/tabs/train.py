@@ -33,16 +33,18 @@ from core.config import STAGES, GPTConfig, stage_of
 from core.data import CORPORA, TokenData, corpus_text, default_tokenizer, load_shakespeare, read_text_file
 from core.data import DataError, check_user_text
 from core.model import GPT
-from core.movie import MOVIE_BYTES, SCORED, AttentionMovie, induction_onset
+from core.movie import MOVIE_BYTES, SCORED, AttentionMovie, induction_onset, movie_gif
 from core.presets import PRESETS, get_preset, preset_configs
 from core.tokenizers import Tokenizer, token_labels, tokenizer_from_spec
 from core.train import TrainConfig, Trainer
 from playground import validate
 from playground.context import AppContext
+from playground.figures import note_figure
 from playground.figures.attention import live_heatmap, replay_heatmap
 from playground.figures.training import head_scores_figure, loss_figure
-from playground.sessions import Session, TrainedModel
+from playground.sessions import Session, TrainedModel, model_title
 from playground.settings import Settings
+from playground.tabs import compare
 
 DEFAULT_PRESET = "repeat"  # offline, about ten seconds on one core, and a clear falling curve
 PASTE, UPLOAD = "paste", "upload"
@@ -79,8 +81,8 @@ BREAK_IT = {
     "causal": ("Causal mask", "Off: every token also sees the future. The training loss collapses toward 0 while "
                               "generation is garbage: at generation time there is no future to copy."),
     "scale_attention": ("Scale by √d", "Off: scores are not divided by √(head size), so the softmax saturates: "
-                                       "one key takes all the weight. Watch the attention maps go hard and "
-                                       "learning slow down."),
+                                       "one key takes all the weight. Watch the maps go hard; Compare runs shows "
+                                       "their entropy fall against a run with it on."),
     "use_position_embedding": ("Position embeddings", "Off: no token knows where it sits. One layer reads a bag of "
                                                       "tokens; deeper, only the causal mask leaks some order. On "
                                                       "the copy task it struggles to tell which letter comes next."),
@@ -360,6 +362,7 @@ class TrainHandlers:
     def _prepare(self, session: Session, recipe: Recipe, text: str, fresh: Tokenizer, config: GPTConfig,
                  train_config: TrainConfig) -> tuple[Trainer, int, str]:
         """The trainer to run: the session's model continued (`_choice_needed` said it can), or a new one."""
+        session.pretrained = None  # Generate and Attention follow the model trained now, not GPT-2
         trained = session.trained
         if trained is not None:
             config = trained.model.config
@@ -381,8 +384,9 @@ class TrainHandlers:
             trainer.step, trainer.history = start, list(trained.history)
         note = (f"Continuing from step {start}" if start else "Training a new model")
         movie = _movie(trained.movie if trained is not None else None, trainer, train_config.max_iters)
+        run = trained.run if trained is not None and trained.run else session.runs.new_number()
         session.trained = TrainedModel(model, fresh, recipe.corpus_title, trainer.history, trainer, train_config,
-                                       movie=movie)
+                                       movie=movie, run=run)
         return trainer, train_config.max_iters, note
 
     def _tokens(self, recipe: Recipe, text: str, tokenizer: Tokenizer, block_size: int) -> TokenData:
@@ -444,6 +448,7 @@ class TrainHandlers:
                                model_changed=described, movie_note=_movie_note(movie, not event.done),
                                scores=scores)
             first = False
+        compare.record(session, token_labels(trainer.tokenizer, trainer.probe_ids))
 
     def _attention_figure(self, trainer: Trainer):
         per_layer = trainer.probe_attention()  # per layer (H, T, T); none without attention
@@ -523,6 +528,20 @@ class TrainHandlers:
                         "scores": {name: None if score is None else score.double().round(decimals=3).tolist()
                                    for name, score in frame.scores.items()}} for frame in kept],
         }
+
+    def movie_gif(self, request: gr.Request) -> str:
+        """The session's attention movie as an animated GIF file to download."""
+        with self.registry.job(request, "making the movie's GIF") as session:
+            movie = None if session.trained is None else session.trained.movie
+            if movie is None or not movie.frames:
+                raise gr.Error("There is no attention movie yet: press Train (with a stage that has attention) to "
+                               "record one.")
+            path = self._folder(session) / f"attention-movie-step{movie.frames[-1].step}.gif"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for old in path.parent.glob("attention-movie-*.gif"):  # only the latest GIF of a session is kept
+                old.unlink()
+            path.write_bytes(movie_gif(movie))
+            return str(path)
 
     def _recorded(self, request: gr.Request | str) -> tuple[AttentionMovie | None, list]:
         """The session's movie (or None) and its frames: a list as they are now, while a run adds more."""
@@ -632,12 +651,15 @@ class TrainHandlers:
             self.registry.claim_model(session)
             session.trained = TrainedModel(model.train(), tokenizer, meta.get("corpus") or "an uploaded checkpoint",
                                            history, resume_state=resume_state)
+            session.pretrained = None  # Generate and Attention follow the model just loaded, not GPT-2
             session.last_text, session.last_steps = "", []
         config = model.config
-        status = (f"Loaded {_model_title(config)} ({model.parameter_counts()['total']:,} parameters, "
+        status = (f"Loaded {model_title(config)} ({model.parameter_counts()['total']:,} parameters, "
                   f"step {session.trained.step}). Generate with it, inspect it, or pick its corpus and press Train to continue.")
         return {
             "status": status, "loss_plot": loss_figure(history), "model_changed": _describe(session),
+            # the movie and scores were the old model's: the upload has none until Train records one
+            "movie_note": NO_MOVIE, "movie_plot": note_figure(NO_REPLAY), "head_scores": note_figure(NO_SCORES),
             "tokenizer": tokenizer.spec()["kind"], "stage": stage_of(config) or "gpt",
             **{name: getattr(config, name) for name in MODEL_FIELDS},
             **_switches(config.to_dict(), stage_of(config)),  # a bigram's switches stay on: its stage has none
@@ -698,6 +720,10 @@ def _scores_figure(movie: AttentionMovie):
     return head_scores_figure({pattern: movie.score_curve(pattern) for pattern in SCORED}, induction_onset(movie))
 
 
+def _shown() -> dict:
+    return gr.update(visible=True)
+
+
 def _evenly(items: list, limit: int) -> list:
     """At most `limit` (at least 2) of `items`, evenly spaced, the first and the last kept."""
     if len(items) <= limit:
@@ -750,26 +776,9 @@ def _switches(model: dict, stage: str | None) -> dict[str, bool]:
 
 
 # Stages whose layers hold nothing a learner would count: tokens never look at each other.
-BLOCKLESS_TITLES = {"bigram": "a bigram model", "positions": "a bigram model with position embeddings"}
-
-
-def _model_title(config: GPTConfig) -> str:
-    """'a bigram model', 'a 2-layer model with 4 heads': what a learner would call it."""
-    title = BLOCKLESS_TITLES.get(stage_of(config))
-    if title:
-        return title
-    heads = "1 head" if config.n_head == 1 else f"{config.n_head} heads"
-    return f"a {config.n_layer}-layer model with {heads}"
-
-
 def _describe(session: Session) -> str:
     """One line about the session's model, shown by other tabs ('' when there is none)."""
-    trained = session.trained
-    if trained is None:
-        return ""
-    c, title = trained.model.config, _model_title(trained.model.config)
-    return (f"{title[0].upper()}{title[1:]}, {c.n_embd} channels, context {c.block_size}, "
-            f"vocabulary {c.vocab_size:,}; trained {trained.step} steps on {trained.corpus_name}.")
+    return "" if session.trained is None else session.trained.describe()
 
 
 def _count_parts(counts: dict[str, int]) -> list[tuple[str, int]]:
@@ -857,19 +866,8 @@ def _show_corpus_inputs(corpus: str) -> tuple:
 
 @functools.lru_cache(maxsize=4)
 def _note_plot(text: str) -> PlotData:
-    """`_note_figure` serialised once, for a stream that sends it with every update."""
-    return PlotData(type="plotly", plot=_note_figure(text).to_json())
-
-
-def _note_figure(text: str):
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                       font=dict(size=13, color="#6b7280"))
-    fig.update_layout(height=220, template="plotly_white", xaxis=dict(visible=False), yaxis=dict(visible=False),
-                      margin=dict(l=10, r=10, t=10, b=10))
-    return fig
+    """`note_figure` serialised once, for a stream that sends it with every update."""
+    return PlotData(type="plotly", plot=note_figure(text).to_json())
 
 
 # ------------------------------------------------------------------ layout
@@ -958,11 +956,11 @@ def build(ctx: AppContext) -> TrainHandlers:
             # The chart and the attention map side by side on a desktop: both in view while it trains.
             with gr.Row(equal_height=False):
                 shown["loss_plot"] = gr.Plot(loss_figure([]), label="Loss", elem_id="loss-plot", min_width=280)
-                attention_plot = gr.Plot(_note_figure(NO_ATTENTION_YET), label="Attention on a probe prompt",
+                attention_plot = gr.Plot(note_figure(NO_ATTENTION_YET), label="Attention on a probe prompt",
                                          elem_id="live-attention", min_width=280)
             # Under the chart, each head's scores over training; under the live map, its replay.
             with gr.Row(equal_height=False):
-                head_scores = gr.Plot(_note_figure(NO_SCORES), label="Head scores over training",
+                head_scores = gr.Plot(note_figure(NO_SCORES), label="Head scores over training",
                                       elem_id="head-scores", min_width=280)
                 with gr.Column(min_width=280, elem_id="movie"):
                     with gr.Row(equal_height=False):
@@ -971,9 +969,16 @@ def build(ctx: AppContext) -> TrainHandlers:
                         play_btn = gr.Button(PLAY, size="sm", elem_id="movie-play", scale=1, min_width=90)
                     playing, ticks = gr.State(False), gr.Timer(PLAY_INTERVAL_S, active=False)
                     movie_note = gr.Markdown(NO_MOVIE, elem_id="movie-note")
-                    movie_plot = gr.Plot(_note_figure(NO_REPLAY), label="Replay", elem_id="movie-frame")
+                    movie_plot = gr.Plot(note_figure(NO_REPLAY), label="Replay", elem_id="movie-frame")
+                    with gr.Row(equal_height=False):
+                        gif_btn = gr.Button("Download the movie (GIF)", size="sm", elem_id="movie-gif-button",
+                                            min_width=160)
+                        gif_file = gr.File(label="Attention movie (GIF)", interactive=False, elem_id="movie-gif",
+                                           min_width=160, visible=False)
             sample = gr.Textbox(label="Live sample (the model writing, refreshed as it learns)", lines=4,
                                 interactive=False, elem_id="live-sample", elem_classes="mono")
+            with gr.Accordion("Compare runs", open=False, elem_id="compare"):
+                compare_handlers, compare_inputs, compare_outputs = compare.build(ctx)
             with gr.Accordion("Checkpoint: download or upload", open=False):
                 with gr.Row():
                     save_btn = gr.Button("Prepare download (.zip)")
@@ -984,7 +989,8 @@ def build(ctx: AppContext) -> TrainHandlers:
                                             file_types=[".zip"], type="filepath")
     if set(form) != set(FORM_FIELDS):
         raise RuntimeError(f"the Train tab's components do not match TrainForm: {sorted(set(form) ^ set(FORM_FIELDS))}")
-    shown.update(status=status, model_changed=ctx.model_changed, **form)
+    shown.update(status=status, model_changed=ctx.model_changed, movie_note=movie_note, movie_plot=movie_plot,
+                 head_scores=head_scores, **form)
 
     def by_name(fn: Callable) -> Callable:
         """`fn` returning {name: value} as a handler returning {component: value} (Gradio's form)."""
@@ -1016,6 +1022,7 @@ def build(ctx: AppContext) -> TrainHandlers:
     for trained in (train_btn.click(handlers.train, inputs, live, api_name="train", **training),
                     new_btn.click(handlers.train_new, inputs, live, api_name="train_new", **training)):
         trained.then(handlers.movie_after_run, None, movie_step, **quiet)  # the replay shows the last snapshot
+        trained.then(compare_handlers.refresh, compare_inputs, compare_outputs, **quiet)  # the run is kept
     movie_note.change(handlers.movie_range, None, movie_step, **quiet)  # a new snapshot: the slider reaches it
     movie_step.change(handlers.replay, movie_step, movie_plot, api_name="attention_movie_frame",
                       trigger_mode="always_last", **cheap)
@@ -1026,8 +1033,10 @@ def build(ctx: AppContext) -> TrainHandlers:
     # One checkpoint at a time on the whole server: each briefly holds a model's bytes twice.
     one_at_a_time = dict(**ctx.heavy("checkpoint"), show_progress="minimal")
     save_btn.click(handlers.save_checkpoint, None, checkpoint_file, api_name="save_checkpoint", **one_at_a_time)
-    loaded_outputs = [status, shown["loss_plot"], ctx.model_changed] + [form[name] for name in
-                                                                      ("tokenizer", "stage", *MODEL_FIELDS)]
+    gif_btn.click(handlers.movie_gif, None, gif_file, api_name="attention_movie_gif", **one_at_a_time).success(
+        _shown, None, gif_file, **quiet)  # the file box appears once there is a file
+    loaded_outputs = [shown[name] for name in ("status", "loss_plot", "model_changed", "movie_note", "movie_plot",
+                                                "head_scores", "tokenizer", "stage", *MODEL_FIELDS)]
     checkpoint_upload.upload(by_name(handlers.load_checkpoint), checkpoint_upload, loaded_outputs,
                              api_name="load_checkpoint", **one_at_a_time)
     share.wire(ctx, handlers, form, groups, view=view, note_box=link_note, preset_info=shown["preset_info"],
