@@ -142,7 +142,8 @@ def picker(ctx: AppContext, tab_id: str) -> gr.Radio:
     with gr.Row(equal_height=True):
         choice = gr.Radio(CHOICES, value=YOURS, label="Model", scale=1, min_width=260,
                           elem_id=f"{tab_id}-model-choice")
-        note = gr.Markdown("", elem_id=f"{tab_id}-model-note")
+        with gr.Column(scale=2, min_width=280):  # on a phone the note wraps below the picker, full width
+            note = gr.Markdown("", elem_id=f"{tab_id}-model-note")
     api = dict(api_name="use_model") if tab_id == "generate" else dict(api_name=f"{tab_id}_use_model",
                                                                         api_visibility="private")
     # Loading GPT-2 the first time takes seconds: it waits in line with the analyses, not the cheap events.
