@@ -17,12 +17,13 @@ as often: the movie always spans the whole run, ever more coarsely.
 
 from __future__ import annotations
 
+import functools
 import io
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 
 from core.attention import STRONG_PATTERN, pattern_scores
 
@@ -129,8 +130,14 @@ def _gif_frame(frame: Frame, cell: int, size: tuple[int, int]) -> Image.Image:
             tile = Image.fromarray(np.ascontiguousarray(grid), mode="L").resize((cell, cell), resample)
             image.paste(tile, (GIF_GAP_PX + head * (cell + GIF_GAP_PX),
                                GIF_CAPTION_PX + GIF_GAP_PX + layer * (cell + GIF_GAP_PX)))
-    ImageDraw.Draw(image).text((GIF_GAP_PX, 4), f"step {frame.step:,}   (rows: layers, columns: heads)", fill=INK)
+    ImageDraw.Draw(image).text((GIF_GAP_PX, 3), f"step {frame.step:,}   (rows: layers, columns: heads)", fill=INK,
+                               font=_caption_font())
     return image
+
+
+@functools.lru_cache(maxsize=1)
+def _caption_font() -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    return ImageFont.load_default(size=GIF_CAPTION_PX - 8)  # Pillow's own font: no system fonts needed
 
 
 def _gif_palette() -> list[int]:
