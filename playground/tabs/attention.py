@@ -51,6 +51,9 @@ EXAMPLES = [
     "abcdefgh>hgfedcba",
     "38152706=01235678",
     "111101111011110",
+    # For GPT-2: the indirect-object sentence of Wang et al. (2022), "Interpretability in the wild". GPT-2
+    # small answers " Mary", and heads in its layers 9 and 10 (the "name movers") look from "to" at " Mary".
+    "When Mary and John went to the store, John gave a drink to",
 ]
 
 
@@ -202,9 +205,12 @@ class AttentionHandlers:
         return tokenizer.decode(ids)
 
     def model_changed(self, request: gr.Request) -> str:
+        """The status once the model read changed: the analysis on screen is stale, unless it is already of
+        the new model (an Analyse pressed right after the change may finish first: its status stays). The
+        status is never blanked: this event may arrive after an analysis that started later."""
         session = self.ctx.registry.peek(request)
-        if session is None or session.attention is None:
-            return ""
+        if session is None or session.attention is None or session.attention.of(session.reading):
+            return gr.skip()  # nothing on screen to mark, or the analysis shown is of the new model already
         return "The model has changed since this analysis: press **Analyse** to see its attention now."
 
     def _analysis(self, request: gr.Request) -> Analysis:
@@ -607,7 +613,7 @@ def build(ctx: AppContext) -> None:
             last = gr.Button("Use last generated text", size="sm")
             probe = gr.Button("Induction probe", size="sm")
     gr.Examples(EXAMPLES, inputs=text, label="Examples (each needs a model whose vocabulary has its characters; "
-                "one longer than the model's context is cut to fit)")
+                "one longer than the model's context is cut to fit; the last is for GPT-2)")
     status = gr.Markdown(elem_id="attention-status")
     summary_plot = _plot("What each head does", "attention-summary")
     grid = _plot("Every layer x head", "attention-grid")
