@@ -33,6 +33,9 @@ SCORED = ("previous-token", "first-token", "induction")  # the scores drawn unde
 # last held longer. Its colours are the app's (plotly's "Blues", white = no weight), in a fixed palette.
 GIF_WIDTH_PX, GIF_CELL_PX, GIF_GAP_PX, GIF_CAPTION_PX = 720, 120, 4, 22
 GIF_FRAME_MS, GIF_LAST_FRAME_MS = 150, 2000
+# A movie of tiny maps may hold thousands of snapshots (one a step) in its budget: the GIF takes this many,
+# evenly spread, so its memory (frames x pixels, at most ~60 MB while it is written) and size stay bounded.
+GIF_MAX_FRAMES = 100
 BLUES = ((247, 251, 255), (222, 235, 247), (198, 219, 239), (158, 202, 225), (107, 174, 214), (66, 146, 198),
          (33, 113, 181), (8, 81, 156), (8, 48, 107))
 GIF_LEVELS = 254  # palette entries for weights 0..1; then the gap grey and the caption's ink
@@ -89,6 +92,14 @@ class AttentionMovie:
         return [frame.step for frame in kept], torch.stack([frame.scores[pattern] for frame in kept])
 
 
+def evenly(items: list, limit: int) -> list:
+    """At most `limit` (at least 2) of `items`, evenly spaced, the first and the last kept."""
+    if len(items) <= limit:
+        return items
+    picks = {round(i * (len(items) - 1) / (limit - 1)) for i in range(limit)}
+    return [items[i] for i in sorted(picks)]
+
+
 def induction_onset(movie: AttentionMovie, threshold: float = STRONG_PATTERN) -> int | None:
     """The step of the first snapshot from which some head past layer 0 (where an induction head
     can compose with an earlier one) keeps an induction score of at least `threshold` on the probe
@@ -104,14 +115,15 @@ def induction_onset(movie: AttentionMovie, threshold: float = STRONG_PATTERN) ->
 
 
 def movie_gif(movie: AttentionMovie, width: int = GIF_WIDTH_PX) -> bytes:
-    """The movie as an animated GIF: a frame per snapshot, captioned with its step, layers as rows and
-    heads as columns on one colour scale (0 white, 1 dark blue). At most `width` pixels wide."""
+    """The movie as an animated GIF: a frame per snapshot (at most GIF_MAX_FRAMES of them, evenly spread),
+    captioned with its step, layers as rows and heads as columns on one colour scale (0 white, 1 dark
+    blue). At most `width` pixels wide."""
     if not movie.frames:
         raise ValueError("the movie has no snapshots yet")
     n_layer, n_head, n_tokens, _ = movie.frames[0].maps.shape
     cell = max(8, min(GIF_CELL_PX, (width - GIF_GAP_PX * (n_head + 1)) // n_head))
     size = (GIF_GAP_PX + n_head * (cell + GIF_GAP_PX), GIF_CAPTION_PX + GIF_GAP_PX + n_layer * (cell + GIF_GAP_PX))
-    images = [_gif_frame(frame, cell, size) for frame in movie.frames]
+    images = [_gif_frame(frame, cell, size) for frame in evenly(movie.frames, GIF_MAX_FRAMES)]
     durations = [GIF_FRAME_MS] * (len(images) - 1) + [GIF_LAST_FRAME_MS]
     out = io.BytesIO()
     images[0].save(out, format="GIF", save_all=True, append_images=images[1:], duration=durations, loop=0,

@@ -28,11 +28,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
-from huggingface_hub import hf_hub_download
+from huggingface_hub import constants, hf_hub_download
 from huggingface_hub.errors import HFValidationError, XetDownloadError
 from safetensors import SafetensorError
 from safetensors.torch import load_file
@@ -192,8 +194,10 @@ def _build(config: GPTConfig, state: dict[str, torch.Tensor]) -> GPT:
 
 def _download(repo_id: str, cache_dir: str | Path | None) -> Path:
     """Fetch config.json and model.safetensors of a Hub repo (or find them in the cache) -> their folder."""
-    # huggingface_hub reads HF_HUB_OFFLINE once, when imported; read it now too.
-    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
+    # huggingface_hub reads HF_HUB_OFFLINE once, when imported; read it now too. Without a network it
+    # retries five times with back-off (24 s before it gives up): a Hub whose name does not even resolve
+    # is offline at once, and the files come from the cache if they are there.
+    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} or not _hub_resolves()
     try:
         paths = [hf_hub_download(repo_id, name, cache_dir=cache_dir, local_files_only=offline)
                  for name in (CONFIG_FILE, WEIGHTS_FILE)]
@@ -206,6 +210,15 @@ def _download(repo_id: str, cache_dir: str | Path | None) -> Path:
             f"({type(error).__name__}: {error}). {DOWNLOAD_ADVICE}"
         ) from error
     return Path(paths[0]).parent
+
+
+def _hub_resolves() -> bool:
+    """Whether the Hub's host name resolves: without DNS there is no network to wait for."""
+    try:
+        socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)
+    except (socket.gaierror, UnicodeError):
+        return False
+    return True
 
 
 def _read_json(path: Path) -> dict:

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 YOURS, GPT2 = "yours", "gpt2"
 CHOICES = [("Your model", YOURS), ("GPT-2 (pretrained)", GPT2)]
 CORPUS_NAME = "WebText (OpenAI's GPT-2)"
-RETRY_AFTER_S = 60.0  # a failed load is not tried again before this (a click must not start a 500 MB download each time)
+# A failed load is not tried again before this: a click must not start a 500 MB download each time.
+RETRY_AFTER_S = 60.0
 LOCAL_ADVICE = (
     f"To use a local copy, start the app with {ENV_PREFIX}GPT2_WEIGHTS=/path/to/folder: a folder holding "
     f"{CONFIG_FILE} and {WEIGHTS_FILE}, e.g. made with "
@@ -62,11 +63,13 @@ class SharedGPT2:
             try:
                 self._loaded = load_gpt2(self.weights)
             except (PretrainedUnavailable, ValueError) as error:
-                log.warning("GPT-2 from %r could not be loaded: %s", self.weights, error)  # the details, for the operator
+                # the details (paths, causes) for the operator's log; the message below for the user
+                log.warning("GPT-2 from %r could not be loaded: %s", self.weights, error)
                 why = ("it could not be downloaded from the Hugging Face Hub (is this server offline?)"
                        if isinstance(error, PretrainedUnavailable) else "its files are not a GPT-2 this app can run")
-                self._failed = (self._clock(), f"GPT-2's weights could not be had here: {why}. {LOCAL_ADVICE}")
-                raise gr.Error(self._failed[1], print_exception=False) from None
+                message = f"GPT-2's weights are not available on this server: {why}. {LOCAL_ADVICE}"
+                self._failed = (self._clock(), message)
+                raise gr.Error(message, print_exception=False) from None
             self._failed = None
             release_memory()  # the file's tensors, transposed into new ones, are garbage: give their pages back
             return self._loaded

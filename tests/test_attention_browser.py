@@ -8,7 +8,8 @@ import re
 import pytest
 from conftest import SCREENSHOTS
 from core.presets import get_preset
-from test_browser import assert_no_errors, set_number
+from test_browser import assert_no_errors, open_tab, set_number
+from test_train_browser import new_page
 
 pytestmark = pytest.mark.browser
 TIMEOUT_MS = 120_000  # generous: other jobs share these 2 cores
@@ -21,31 +22,22 @@ STANDOUT = re.compile(r"L(\d+) H(\d+) ([a-z-]+) \((\d\.\d\d)\)")
 FIGURES = ("attention-summary", "attention-grid", "attention-large", "attention-view")
 
 
-@pytest.fixture(scope="module")
-def page(running_app, browser):
-    """One learner's page with the default task trained, shared by the two widths."""
-    page = browser.new_page(viewport=LAPTOP)
+def trained_page(browser, url: str, **options):
+    """A new learner's page with the default task trained for STEPS steps."""
+    page = new_page(browser, url, **LAPTOP, **options)
     page.set_default_timeout(TIMEOUT_MS)
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    page.goto(running_app[1], wait_until="domcontentloaded")
-    page.locator("#train-button").wait_for()
-    open_tab(page, "Train")
     set_number(page, "Steps", STEPS)
     page.locator("#train-button").click()
     page.locator("#train-status").filter(has_text=f"Done: {STEPS} steps").wait_for()
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(running_app, browser):
+    """One learner's page with the default task trained, shared by the two widths."""
+    page = trained_page(browser, running_app[1])
     yield page
     page.close()
-
-
-def open_tab(page, title: str) -> None:
-    """Click a tab; on a narrow screen the later tabs sit in Gradio's "More tabs" menu."""
-    tab = page.get_by_role("tab", name=title)
-    if tab.count():
-        tab.click()
-    else:
-        page.get_by_role("button", name="More tabs").click()
-        page.locator(".overflow-dropdown button", has_text=title).click()
 
 
 def analyse(page, text: str, n_tokens: int) -> None:

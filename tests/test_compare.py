@@ -92,7 +92,8 @@ def test_each_new_model_is_a_run_and_train_on_the_same_model_updates_it(train, c
     assert runs[1].config.scale_attention is False and runs[2].config.n_head == 1
     assert all(r.attention is not None and r.attention.shape[:2] == (1, r.config.n_head) for r in runs)
 
-    choices, loss, attention, table = compare.refresh(0, "a")
+    choices, layer, loss, attention, table = compare.refresh("a")
+    assert layer == 0  # the last layer of the deepest run
     assert choices["value"] == [1, 2, 3] and [c[1] for c in choices["choices"]] == [1, 2, 3]
     assert [row[0] for row in table] == ["Run 1", "Run 2", "Run 3"]
     assert table[1][1] == "2 heads, no √d scaling" and table[2][1] == "1 head, √d scaling"
@@ -105,13 +106,18 @@ def test_each_new_model_is_a_run_and_train_on_the_same_model_updates_it(train, c
     assert [row[0] for row in table] == ["Run 1", "Run 3"] and len(attention.data) == 2 + 1
     assert table[0][1] == "2 heads" and table[1][1] == "1 head"
 
+    list(train.train_new(**{**FORM, "steps": 10, "n_layer": 2}, request="a"))  # a deeper run: shown at its last layer
+    choices, layer, _, attention, _ = compare.refresh("a")
+    assert choices["value"] == [1, 2, 3, 4] and layer == 1
+    assert "R1 shows its L0" in attention.layout.title.subtitle.text
+
 
 def test_without_scaling_the_attention_entropy_is_lower(train, ctx):
     # Attention entropy is the table's last column: without √d the softmax saturates (issue 14).
     shape = dict(steps=60, n_embd=64, n_head=1, learning_rate=1e-2)
     run_train(train, **shape)
     list(train.train_new(**{**FORM, **shape, "scale_attention": False}, request="a"))
-    _, _, _, table = CompareHandlers(ctx).refresh(0, "a")
+    *_, table = CompareHandlers(ctx).refresh("a")
     scaled, unscaled = table[0][-1], table[1][-1]
     assert unscaled < scaled
 

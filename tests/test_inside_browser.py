@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from conftest import SCREENSHOTS
-from test_attention_browser import LAPTOP, PHONE, STEPS, TIMEOUT_MS, analyse_example, assert_titles_clear, open_tab
-from test_browser import assert_no_errors, set_number
+from test_attention_browser import PHONE, analyse_example, assert_titles_clear, trained_page
+from test_browser import assert_no_errors, open_tab
 
 from playground.tabs.attention import EXPORT_NAMES
 
@@ -22,16 +22,7 @@ TOOL_FIGURES = ("steps-table", "steps-vectors", "knockout-importance", "lens-plo
 @pytest.fixture(scope="module")
 def page(running_app, browser):
     """One learner's page with the default task trained and the copy example analysed."""
-    page = browser.new_page(viewport=LAPTOP, accept_downloads=True)
-    page.set_default_timeout(TIMEOUT_MS)
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    page.goto(running_app[1], wait_until="domcontentloaded")
-    page.locator("#train-button").wait_for()
-    open_tab(page, "Train")
-    set_number(page, "Steps", STEPS)
-    page.locator("#train-button").click()
-    page.locator("#train-status").filter(has_text=f"Done: {STEPS} steps").wait_for()
+    page = trained_page(browser, running_app[1], accept_downloads=True)
     analyse_example(page)
     yield page
     page.close()

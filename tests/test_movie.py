@@ -87,3 +87,20 @@ def test_the_gif_has_a_frame_per_snapshot_in_the_apps_colours():
     dark = [sum(last.getpixel((x, y)) == darkest for y in range(height)) for x in range(width)]
     first_head, last_head = sum(dark[: width // 3]), sum(dark[2 * width // 3:])
     assert last_head > 5 * first_head > 0
+
+
+def test_a_movie_of_thousands_of_tiny_snapshots_makes_a_bounded_gif():
+    import io
+
+    from PIL import Image
+
+    from core.movie import GIF_MAX_FRAMES, evenly, movie_gif
+
+    movie = AttentionMovie([1, 2])  # a 2-token probe: each snapshot is 8 bytes, so the budget holds thousands
+    for step in range(1, 3001):
+        movie.add(step, torch.tensor([[[[1.0, 0.0], [0.5, 0.5]]]]))
+    assert len(movie.frames) == 3000
+    with Image.open(io.BytesIO(movie_gif(movie))) as gif:
+        assert gif.n_frames == GIF_MAX_FRAMES
+    kept = evenly(movie.frames, GIF_MAX_FRAMES)
+    assert (kept[0].step, kept[-1].step) == (1, 3000) and len(kept) == GIF_MAX_FRAMES

@@ -178,6 +178,23 @@ def test_an_unreachable_hub_says_how_to_use_a_local_folder(monkeypatch, tmp_path
         load_gpt2("gpt2", cache_dir=tmp_path)
 
 
+def test_without_dns_the_hub_is_not_waited_for(monkeypatch, tmp_path):
+    import socket
+
+    import core.pretrained
+
+    # No HF_HUB_OFFLINE, but the Hub's name does not resolve: only the cache is asked, no retries.
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args: (_ for _ in ()).throw(socket.gaierror("no DNS")))
+    asked = []
+    real = core.pretrained.hf_hub_download
+    monkeypatch.setattr(core.pretrained, "hf_hub_download",
+                        lambda *args, **kwargs: asked.append(kwargs["local_files_only"]) or real(*args, **kwargs))
+    with pytest.raises(PretrainedUnavailable, match="local folder"):
+        load_gpt2("gpt2", cache_dir=tmp_path)
+    assert asked == [True]
+
+
 def test_a_name_that_is_neither_a_folder_nor_a_repo_id_is_refused(tmp_path):
     with pytest.raises(ValueError, match="neither a folder here nor a Hugging Face Hub repo id"):
         load_gpt2(str(tmp_path / "no" / "such" / "folder"), cache_dir=tmp_path)

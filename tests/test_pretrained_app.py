@@ -176,7 +176,7 @@ def test_unavailable_weights_say_how_to_use_a_local_folder(monkeypatch, tmp_path
         monkeypatch.setattr(gr, "Warning", warnings.append)
         choice, note, described = ModelPicker(ctx).use_model(GPT2, "alice")
         assert choice == YOURS and described == ""
-        assert "could not be had" in note and "PLAYGROUND_GPT2_WEIGHTS=/path/to/folder" in note
+        assert "not available on this server" in note and "PLAYGROUND_GPT2_WEIGHTS=/path/to/folder" in note
         assert "config.json" in note and "model.safetensors" in note
         assert warnings and "PLAYGROUND_GPT2_WEIGHTS" in warnings[0]
         assert ctx.registry.get("alice").pretrained is None
@@ -186,10 +186,10 @@ def test_a_failed_load_is_not_retried_at_once(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     now = [0.0]
     shared = SharedGPT2(str(tmp_path / "gpt2"), clock=lambda: now[0])
-    with pytest.raises(gr.Error, match="could not be had"):
+    with pytest.raises(gr.Error, match="not available on this server"):
         shared.get()
     save_tiny_gpt2(tmp_path / "gpt2")
-    with pytest.raises(gr.Error, match="could not be had"):
+    with pytest.raises(gr.Error, match="not available on this server"):
         shared.get()  # remembered
     now[0] = 61.0
     assert shared.get().model.config.n_layer == 2

@@ -21,8 +21,10 @@ TINY = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_l
             eval_interval=100, weight_decay=0.01, grad_clip=1.0)
 
 
-def new_page(browser, url: str, width: int = 1366, height: int = 900):
-    page = browser.new_page(viewport={"width": width, "height": height})
+def new_page(browser, url: str, width: int = 1366, height: int = 900, **options):
+    """A new page (its own session) on the app, errors recorded, once the Train tab is up; `options` go
+    to Playwright's `browser.new_page`."""
+    page = browser.new_page(viewport={"width": width, "height": height}, **options)
     page.set_default_timeout(TIMEOUT_MS)
     page.errors = []
     page.on("pageerror", lambda error: page.errors.append(str(error)))

@@ -34,7 +34,8 @@ import torch
 
 from core.attention import (
     ABLATIONS, PROBE_HALF_MAX, PROBE_HALF_MIN, HeadSteps, HeadSummary, LogitLens, ablate, attention_maps,
-    head_importance, head_steps, head_view, importance_macs, induction_probe, logit_lens, probe_induction, summarize_heads, text_loss,
+    head_importance, head_steps, head_view, importance_macs, induction_probe, logit_lens, probe_induction,
+    summarize_heads, text_loss,
 )
 from core.model import GPT
 from core.sample import generate

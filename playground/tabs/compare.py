@@ -32,12 +32,14 @@ class CompareHandlers:
         self.registry = ctx.registry
         self.max_layers = ctx.settings.max_layers
 
-    def refresh(self, layer, request: gr.Request) -> tuple:
-        """After a run: every kept run chosen, and drawn."""
+    def refresh(self, request: gr.Request) -> tuple:
+        """After a run: every kept run chosen, and drawn at the last layer of the deepest."""
         runs = self._runs(request)
         numbers = [record.number for record in runs.records]
         choices = [(run_name(record, []), record.number) for record in runs.records]
-        return (gr.update(choices=choices, value=numbers), *self.show(numbers, layer, request))
+        layer = max((record.attention.size(0) - 1 for record in runs.records if record.attention is not None),
+                    default=0)
+        return (gr.update(choices=choices, value=numbers), layer, *self.show(numbers, layer, request))
 
     def show(self, chosen, layer, request: gr.Request) -> tuple:
         """(loss figure, attention figure, table) of the chosen runs, at `layer` of each."""
@@ -102,9 +104,9 @@ def _as_json(record: RunRecord) -> dict:
     }
 
 
-def build(ctx: AppContext) -> tuple[CompareHandlers, list[gr.components.Component], list[gr.components.Component]]:
-    """The Compare runs section; returns its handlers and the inputs and outputs of `refresh`, which the
-    Train tab calls when a run ends."""
+def build(ctx: AppContext) -> tuple[CompareHandlers, list[gr.components.Component]]:
+    """The Compare runs section; returns its handlers and the outputs of `refresh`, which the Train tab
+    calls when a run ends."""
     handlers = CompareHandlers(ctx)
     gr.Markdown(INTRO, elem_id="compare-intro")
     with gr.Row(equal_height=True):
@@ -121,4 +123,4 @@ def build(ctx: AppContext) -> tuple[CompareHandlers, list[gr.components.Componen
     gr.on([chosen.input, layer.release], handlers.show, [chosen, layer], [loss, attention, table],
           api_name="compare_show", **cheap)
     gr.api(handlers.compare_runs, api_name="compare_runs", **ctx.cheap())
-    return handlers, [layer], [chosen, loss, attention, table]
+    return handlers, [chosen, layer, loss, attention, table]

@@ -33,7 +33,7 @@ from core.config import STAGES, GPTConfig, stage_of
 from core.data import CORPORA, TokenData, corpus_text, default_tokenizer, load_shakespeare, read_text_file
 from core.data import DataError, check_user_text
 from core.model import GPT
-from core.movie import MOVIE_BYTES, SCORED, AttentionMovie, induction_onset, movie_gif
+from core.movie import MOVIE_BYTES, SCORED, AttentionMovie, evenly, induction_onset, movie_gif
 from core.presets import PRESETS, get_preset, preset_configs
 from core.tokenizers import Tokenizer, token_labels, tokenizer_from_spec
 from core.train import TrainConfig, Trainer
@@ -518,7 +518,7 @@ class TrainHandlers:
         Evenly thinned (the first and last kept) so the maps' JSON stays under the movie's memory cap."""
         movie, frames = self._movie_of(request)
         per_frame = frames[0].maps.numel() * JSON_PER_VALUE
-        kept = _evenly(frames, max(2, movie.max_bytes // per_frame))
+        kept = evenly(frames, max(2, movie.max_bytes // per_frame))
         return {
             "probe_tokens": token_labels(self._tokenizer_of(request), movie.probe_ids),
             "steps": [frame.step for frame in kept], "recorded": len(frames), "bytes": movie.nbytes,
@@ -722,14 +722,6 @@ def _scores_figure(movie: AttentionMovie):
 
 def _shown() -> dict:
     return gr.update(visible=True)
-
-
-def _evenly(items: list, limit: int) -> list:
-    """At most `limit` (at least 2) of `items`, evenly spaced, the first and the last kept."""
-    if len(items) <= limit:
-        return items
-    picks = {round(i * (len(items) - 1) / (limit - 1)) for i in range(limit)}
-    return [items[i] for i in sorted(picks)]
 
 
 def _upload_path(upload) -> str:
@@ -978,7 +970,7 @@ def build(ctx: AppContext) -> TrainHandlers:
             sample = gr.Textbox(label="Live sample (the model writing, refreshed as it learns)", lines=4,
                                 interactive=False, elem_id="live-sample", elem_classes="mono")
             with gr.Accordion("Compare runs", open=False, elem_id="compare"):
-                compare_handlers, compare_inputs, compare_outputs = compare.build(ctx)
+                compare_handlers, compare_outputs = compare.build(ctx)
             with gr.Accordion("Checkpoint: download or upload", open=False):
                 with gr.Row():
                     save_btn = gr.Button("Prepare download (.zip)")
@@ -1022,7 +1014,7 @@ def build(ctx: AppContext) -> TrainHandlers:
     for trained in (train_btn.click(handlers.train, inputs, live, api_name="train", **training),
                     new_btn.click(handlers.train_new, inputs, live, api_name="train_new", **training)):
         trained.then(handlers.movie_after_run, None, movie_step, **quiet)  # the replay shows the last snapshot
-        trained.then(compare_handlers.refresh, compare_inputs, compare_outputs, **quiet)  # the run is kept
+        trained.then(compare_handlers.refresh, None, compare_outputs, **quiet)  # the run is kept
     movie_note.change(handlers.movie_range, None, movie_step, **quiet)  # a new snapshot: the slider reaches it
     movie_step.change(handlers.replay, movie_step, movie_plot, api_name="attention_movie_frame",
                       trigger_mode="always_last", **cheap)
