@@ -104,7 +104,7 @@ class Pretrained:
 
     def view(self) -> GPT:
         """A GPT module of its own over these very weights (no copy). Hooks and flags live on modules
-        (core.attention's hooks, GPT.explicit_attention), so users who share one model each read it
+        (core.interventions' hooks, GPT.explicit_attention), so users who share one model each read it
         through a view: what one of them hooks never touches another's forward pass."""
         return _build(self.model.config, self.model.state_dict())  # detached tensors, the same storage
 

@@ -5,10 +5,11 @@ the whole server, and for each session that reads it a GPT module of its own ove
     gpt2 = shared.get()                          # loaded once (seconds), under a lock; gr.Error if it cannot be
     session.pretrained = reading(gpt2)           # the session's own module: its hooks are its own
 
-Each tab puts the same picker at its top (`picker(ctx, tab_id)`): "Your model" or "GPT-2". Choosing
-sets `session.pretrained` and `ctx.model_changed` to a description of what the tabs now read, so every
-tab (and the other tab's picker) follows. GPT-2 is read-only: the Train tab trains only the session's
-own small model, and resets the choice when it makes or loads one.
+GPT-2 is read-only: the Train tab trains only the session's own small model, and resets the choice
+when it makes or loads one. The picker that chooses it is `playground.model_picker`.
+
+Imports core, the sessions and the settings. Never imports a tab, the model picker or
+`playground.context` (the context holds the shared copy made here).
 """
 
 from __future__ import annotations
@@ -17,20 +18,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import gradio as gr
 
 from core.pretrained import CONFIG_FILE, WEIGHTS_FILE, Pretrained, PretrainedUnavailable, load_gpt2
-from playground import validate
-from playground.sessions import Session, TrainedModel, release_memory
+from playground.sessions import TrainedModel, release_memory
 from playground.settings import ENV_PREFIX
 
-if TYPE_CHECKING:
-    from playground.context import AppContext
-
-YOURS, GPT2 = "yours", "gpt2"
-CHOICES = [("Your model", YOURS), ("GPT-2 (pretrained)", GPT2)]
 CORPUS_NAME = "WebText (OpenAI's GPT-2)"
 # A failed load is not tried again before this: a click must not start a 500 MB download each time.
 RETRY_AFTER_S = 60.0
@@ -95,62 +89,3 @@ def read_only_note(gpt2: TrainedModel) -> str:
             f"{params / 1e6:,.0f}M parameters. Generate with it and look inside its "
             f"{gpt2.model.config.n_layer * gpt2.model.config.n_head} heads; the **Train** tab trains your own small "
             "model, and **Your model** reads it again.")
-
-
-class ModelPicker:
-    """The handlers of the pickers: which model Generate and Attention read, per session."""
-
-    def __init__(self, ctx: AppContext) -> None:
-        self.ctx = ctx
-
-    def use_model(self, choice, request: gr.Request) -> tuple[str, str, str]:
-        """(the picker's value, the note under it, ctx.model_changed's new value). When GPT-2 cannot be
-        had, the picker goes back to "yours" with the reason in the note: it must show what is read."""
-        choice = validate.choice(choice, "Model", [value for _, value in CHOICES])
-        session = self.ctx.registry.get(request)
-        if choice == YOURS:
-            session.pretrained = None
-            return YOURS, "", self.described(session)
-        try:
-            gpt2 = self.ctx.gpt2.get()
-        except gr.Error as error:
-            gr.Warning(error.message)
-            return YOURS, f"⚠️ {error.message}", self.described(session)  # nothing loaded: none was read
-        if session.pretrained is None:
-            # It holds no weights of its own, but its analyses are the largest a session keeps (144 heads):
-            # a slot, like any model, so a flood of sessions cannot fill the memory with them.
-            self.ctx.registry.claim_model(session)
-            session.pretrained = reading(gpt2)
-        return GPT2, read_only_note(session.pretrained), self.described(session)
-
-    def follow(self, request: gr.Request) -> tuple[str, str]:
-        """The picker and its note as the session's choice is now (after any tab changed the model)."""
-        session = self.ctx.registry.peek(request)
-        if session is None or session.pretrained is None:
-            return YOURS, ""
-        return GPT2, read_only_note(session.pretrained)
-
-    @staticmethod
-    def described(session: Session) -> str:
-        """What Generate and Attention read, in one line ('' when nothing)."""
-        if session.pretrained is not None:
-            return describe(session.pretrained)
-        return "" if session.trained is None else session.trained.describe()
-
-
-def picker(ctx: AppContext, tab_id: str) -> gr.Radio:
-    """The "Model" picker at the top of a tab (`tab_id` "generate" or "attention"): the same handlers on
-    both tabs, public as /use_model on Generate's."""
-    handlers = ModelPicker(ctx)
-    with gr.Row(equal_height=True):
-        choice = gr.Radio(CHOICES, value=YOURS, label="Model", scale=1, min_width=260,
-                          elem_id=f"{tab_id}-model-choice")
-        with gr.Column(scale=2, min_width=280):  # on a phone the note wraps below the picker, full width
-            note = gr.Markdown("", elem_id=f"{tab_id}-model-note")
-    api = dict(api_name="use_model") if tab_id == "generate" else dict(api_name=f"{tab_id}_use_model",
-                                                                        api_visibility="private")
-    # Loading GPT-2 the first time takes seconds: it waits in line with the analyses, not the cheap events.
-    choice.input(handlers.use_model, choice, [choice, note, ctx.model_changed], **api, **ctx.heavy("attention"))
-    ctx.model_changed.change(handlers.follow, None, [choice, note], api_name=f"{tab_id}_model_follow",
-                             api_visibility="private", **ctx.cheap())
-    return choice

@@ -39,7 +39,7 @@ class Settings:
     max_upload_bytes: int = 40_000_000  # any upload: a max_params checkpoint is 32 MB
     max_attention_tokens: int = 256  # tokens shown in attention maps
     # head importance runs the model once per head: its tokens are cut to this many billion multiply-adds
-    # (core.attention.importance_macs; ~5 s of one core): GPT-2 gets ~16 tokens, a 6 x 8 x 256 model all 256
+    # (core.interventions.importance_macs; ~5 s of one core): GPT-2 gets ~16 tokens, a 6 x 8 x 256 model all 256
     max_importance_gmacs: float = 200.0
     # sessions (the policy is in playground/sessions.py)
     max_sessions: int = 60  # sessions holding a model

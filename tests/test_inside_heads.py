@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from core.attention import ablate, head_importance, head_steps, logit_lens, text_loss
+from core.interventions import ablate, head_importance, head_steps, logit_lens, text_loss
 from core.sample import generate
 from core.config import GPTConfig
 from core.model import GPT
@@ -147,7 +147,7 @@ def test_importance_of_every_head_at_once_equals_one_knock_out_at_a_time(mode):
 def test_importance_in_chunks_is_the_same(monkeypatch):
     model = model_of()
     whole = head_importance(model, IDS)
-    monkeypatch.setattr("core.attention.LOGITS_PER_CHUNK", 3 * len(IDS) * 11)  # three of the four heads per chunk
+    monkeypatch.setattr("core.interventions.LOGITS_PER_CHUNK", 3 * len(IDS) * 11)  # three of the four heads per chunk
     assert torch.allclose(head_importance(model, IDS), whole, atol=1e-6)
 
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 from test_attention_tab import ctx, give_model, handlers  # noqa: F401 (ctx and handlers are fixtures)
 
-from core.attention import ablate, attention_maps, head_importance, head_steps
+from core.attention import attention_maps
+from core.interventions import ablate, head_importance, head_steps
 from core.sample import generate
 from playground.sessions import TrainedModel
 from playground.tabs import attention as tab
@@ -269,7 +270,7 @@ def test_a_new_analysis_offers_its_heads_and_clears_the_tools(handlers, session)
 
 
 def test_importance_keeps_to_the_servers_budget_on_a_large_model(session):
-    from core.attention import importance_macs
+    from core.interventions import importance_macs
     from test_attention_tab import make_ctx
 
     config = session.model.config

@@ -14,7 +14,8 @@ from core.config import GPTConfig
 from core.model import GPT
 from core.tokenizers import CharTokenizer
 from playground.context import AppContext
-from playground.pretrained import GPT2, YOURS, ModelPicker, SharedGPT2
+from playground.model_picker import GPT2, YOURS, ModelPicker
+from playground.pretrained import SharedGPT2
 from playground.sessions import SessionRegistry, TrainedModel
 from playground.settings import Settings
 from playground.tabs.attention import AttentionHandlers

@@ -1,7 +1,7 @@
 """Plotly figures of the inside of a head: its arithmetic for one query token step by step, how
 much each head matters (the loss when it alone is switched off), and the logit lens.
 
-Figures only draw; every number comes from `core.attention` (HeadSteps, head_importance,
+Figures only draw; every number comes from `core.interventions` (HeadSteps, head_importance,
 LogitLens). Cells show numbers rounded; hover shows them as the model holds them: 9 significant
 digits are a float32 exactly.
 """
@@ -12,7 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from core.attention import HeadSteps, LogitLens
+from core.interventions import HeadSteps, LogitLens
 from playground.figures.attention import COLORSCALE, TITLE_TOP_PX, TOP_MARGIN_PX, _top, axis_labels
 
 EXACT = ".9g"  # a float32 to the last digit

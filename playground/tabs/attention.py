@@ -33,14 +33,16 @@ import pandas as pd
 import torch
 
 from core.attention import (
-    ABLATIONS, PROBE_HALF_MAX, PROBE_HALF_MIN, HeadSteps, HeadSummary, LogitLens, ablate, attention_maps,
-    head_importance, head_steps, head_view, importance_macs, induction_probe, logit_lens, probe_induction,
-    summarize_heads, text_loss,
+    PROBE_HALF_MAX, PROBE_HALF_MIN, HeadSummary, attention_maps, head_view, induction_probe, probe_induction,
+    summarize_heads,
+)
+from core.interventions import (
+    ABLATIONS, HeadSteps, LogitLens, ablate, head_importance, head_steps, importance_macs, logit_lens, text_loss,
 )
 from core.model import GPT
 from core.sample import generate
 from core.tokenizers import Tokenizer, token_labels
-from playground import pretrained, validate
+from playground import model_picker, validate
 from playground.context import AppContext
 from playground.figures import attention as figures
 from playground.figures import inside
@@ -598,7 +600,7 @@ def _plot(label: str, elem_id: str, **kwargs) -> gr.Plot:
 
 def build(ctx: AppContext) -> None:
     handlers = AttentionHandlers(ctx)
-    pretrained.picker(ctx, "attention")
+    model_picker.build(ctx, "attention")
     gr.Markdown(
         "Type a text in the model's vocabulary (or take the last generated text) and press **Analyse**. "
         "Each heatmap row is a token looking back (query); each column a token it can see (key). "

@@ -20,7 +20,7 @@ import gradio as gr
 
 from core.sample import TokenStep, stream
 from core.tokenizers import CharTokenizer, GPT2Tokenizer, Tokenizer, visible
-from playground import pretrained, validate
+from playground import model_picker, validate
 from playground.context import AppContext
 from playground.figures.generation import CHOSEN_COLOR, alternatives_figure
 from playground.sessions import Session, TrainedModel
@@ -292,7 +292,7 @@ def _code(text: str) -> str:
 def build(ctx: AppContext) -> GenerateHandlers:
     s = ctx.settings
     handlers = GenerateHandlers(ctx)
-    pretrained.picker(ctx, "generate")
+    model_picker.build(ctx, "generate")
     with gr.Row(equal_height=False):
         with gr.Column(scale=3, min_width=420):
             model_info = gr.Markdown(NO_MODEL, elem_id="generate-model-info")

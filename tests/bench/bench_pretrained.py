@@ -26,7 +26,8 @@ import gradio as gr  # noqa: E402
 
 from core.sample import stream  # noqa: E402
 from playground.context import AppContext  # noqa: E402
-from playground.pretrained import GPT2, ModelPicker, SharedGPT2  # noqa: E402
+from playground.model_picker import GPT2, ModelPicker  # noqa: E402
+from playground.pretrained import SharedGPT2  # noqa: E402
 from playground.sessions import SessionRegistry  # noqa: E402
 from playground.settings import Settings  # noqa: E402
 from playground.tabs.attention import AttentionHandlers  # noqa: E402

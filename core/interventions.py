@@ -1,0 +1,307 @@
+"""Running a model differently to see what its parts do: one head's arithmetic step by step,
+knock-outs (ablation) and each head's importance, and the logit lens.
+
+`core.attention` reads and names the patterns a model makes; this module intervenes on the model
+(hooks that replace a head's output, a forward pass stopped early) and measures what changes. Every
+function leaves the model as it found it: mode, weights and hooks.
+
+    steps = head_steps(model, ids, layer=1, head=0, query=7)   # q, k, q.k, /sqrt(d), mask, softmax, v
+    with ablate(model, [(1, 0)], "mean", over=ids):            # L1 H0 writes its mean over the text
+        loss = text_loss(model, ids)
+    importance = head_importance(model, ids)                   # (L, H): the loss increase per head alone
+    lens = logit_lens(model, ids)                              # the prediction read after every layer
+
+Shapes: L layers, H heads, T tokens, D head size, V vocabulary.
+Imports core's model and config. Never imports gradio, plotting or `playground`: core is the UI-free package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from core.config import GPTConfig
+from core.model import GPT
+
+
+def _check_head(model: GPT, layer: int, head: int) -> None:
+    n_layer, n_head = len(model.blocks), model.config.n_head
+    for name, value, count in (("layer", layer, n_layer), ("head", head, n_head)):
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < count:
+            raise ValueError(f"{name} must be 0 to {count - 1}, got {value!r}")
+    if model.blocks[layer].attn is None:
+        raise ValueError("this model has no attention layers (its stage leaves attention out)")
+
+
+def _ids_tensor(model: GPT, ids: list[int]) -> torch.Tensor:
+    if not ids:
+        raise ValueError("the text has no tokens")
+    if len(ids) > model.config.block_size:
+        raise ValueError(f"the text has {len(ids)} tokens; this model's context is {model.config.block_size} tokens")
+    return torch.tensor([ids], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
+
+
+@contextlib.contextmanager
+def _evaluating(model: GPT) -> Iterator[None]:
+    """Eval mode (no dropout) and no gradients inside; the model's mode is restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+@dataclass(frozen=True)
+class HeadSteps:
+    """One head's attention for one query token, step by step, in the model's own numbers.
+    T tokens, D the head size; the query sees keys 0..query. A model built without the scaling or
+    the mask (GPTConfig.scale_attention, .causal) skips that step here too: `weights` are always
+    the model's own."""
+
+    layer: int
+    head: int
+    query: int
+    q: torch.Tensor  # (D,) the query token's query vector
+    k: torch.Tensor  # (T, D) every token's key
+    scores: torch.Tensor  # (T,) q . k for every key
+    scaled: torch.Tensor  # (T,) scores / sqrt(D): keeps the softmax from saturating as D grows
+    masked: torch.Tensor  # (T,) scaled, with -inf on the keys after the query (the causal mask)
+    weights: torch.Tensor  # (T,) softmax(masked): the row of the head's heatmap
+    values: torch.Tensor  # (T, D) every token's value vector
+    weighted: torch.Tensor  # (T, D) each value times its weight
+    output: torch.Tensor  # (D,) their sum: what the head writes for the query token
+    weights_unscaled: torch.Tensor  # (T,) what the weights would be without the division by sqrt(D)
+    weights_unmasked: torch.Tensor  # (T,) ... and without the mask (the query would see the future)
+
+    def to_dict(self) -> dict:
+        """Plain lists of floats (JSON), -inf as None."""
+        def plain(value):
+            if isinstance(value, torch.Tensor):
+                return [[plain(v) for v in row] for row in value.tolist()] if value.dim() == 2 else \
+                    [None if math.isinf(v) else v for v in value.tolist()]
+            return value
+        return {field.name: plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
+
+
+def head_steps(model: GPT, ids: list[int], layer: int, head: int, query: int) -> HeadSteps:
+    """Recompute one head's attention for one query token from the input of its layer, one
+    operation at a time; the weights and the output equal the model's own (float32, within 1e-6)."""
+    _check_head(model, layer, head)
+    idx = _ids_tensor(model, ids)
+    if not isinstance(query, int) or isinstance(query, bool) or not 0 <= query < len(ids):
+        raise ValueError(f"query token must be 0 to {len(ids) - 1}, got {query!r}")
+    attn = model.blocks[layer].attn
+    seen: list[torch.Tensor] = []
+    handle = attn.register_forward_pre_hook(lambda _module, args: seen.append(args[0]))
+    try:
+        with _evaluating(model):
+            model(idx)
+    finally:
+        handle.remove()
+    x = seen[0][0]  # (T, C): the layer's input, after its LayerNorm
+    C, D = x.size(-1), model.config.head_size
+    with torch.no_grad():
+        heads = slice(head * D, (head + 1) * D)
+        q_all, k, v = (part[:, heads] for part in attn.qkv(x).split(C, dim=-1))  # each (T, D)
+        q = q_all[query]
+        scores = k @ q  # (T,)
+        scaled = scores / math.sqrt(D) if model.config.scale_attention else scores  # as the model does
+        # the causal mask hides the keys after the query (a model built without it hides none)
+        future = torch.arange(len(ids), device=x.device) > query if model.config.causal else \
+            torch.zeros(len(ids), dtype=torch.bool, device=x.device)
+        masked = scaled.masked_fill(future, float("-inf"))
+        weights = F.softmax(masked, dim=-1)
+        weighted = weights[:, None] * v
+    return HeadSteps(
+        layer, head, query, q.cpu(), k.cpu(), scores.cpu(), scaled.cpu(), masked.cpu(), weights.cpu(), v.cpu(),
+        weighted.cpu(), weighted.sum(0).cpu(),
+        weights_unscaled=F.softmax(scores.masked_fill(future, float("-inf")), dim=-1).cpu(),
+        weights_unmasked=F.softmax(scaled, dim=-1).cpu(),
+    )
+
+
+ABLATIONS = ("zero", "mean")
+LOGITS_PER_CHUNK = 8_000_000  # head_importance runs copies of the text in chunks of at most this many logits
+
+
+def _switch_off(z: torch.Tensor, rows: torch.Tensor, heads: torch.Tensor, mode: str) -> torch.Tensor:
+    """z (B, H, T, D) with head heads[i] of batch row rows[i] written as nothing ("zero") or as its
+    mean over the row's tokens ("mean": what the head writes everywhere stays, what depends on the
+    token goes)."""
+    z = z.clone()
+    z[rows, heads] = 0 if mode == "zero" else z[rows, heads].mean(dim=1, keepdim=True)
+    return z
+
+
+def _checked_mode(mode: str) -> str:
+    if mode not in ABLATIONS:
+        raise ValueError(f"mode must be one of {ABLATIONS}, got {mode!r}")
+    return mode
+
+
+def head_means(model: GPT, ids: list[int]) -> list[torch.Tensor]:
+    """Per attention layer, each head's mean output over the tokens of `ids`: (H, D) tensors."""
+    idx = _ids_tensor(model, ids)
+    outputs: list[torch.Tensor] = []
+    handles = [block.attn.hook_z.register_forward_hook(lambda _m, _i, z: outputs.append(z[0].mean(dim=1)))
+               for block in model.blocks if block.attn is not None]
+    try:
+        with _evaluating(model):
+            model(idx)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return outputs
+
+
+@contextlib.contextmanager
+def ablate(model: GPT, heads: Iterable[tuple[int, int]], mode: str = "zero",
+           over: list[int] | None = None) -> Iterator[None]:
+    """Switch heads off inside the block: each (layer, head) writes nothing ("zero") or its mean
+    output ("mean": what the head writes everywhere stays, what depends on the token goes). The mean
+    is over the tokens of `over` as the intact model runs it (fixed, so generation may use its
+    cache), or without `over`, over each text's own tokens as it runs. The layer's output projection
+    and its bias stay, so a layer with every head off adds only that bias (nothing without biases).
+
+    >>> with ablate(model, [(1, 0), (1, 3)]):
+    ...     logits, loss = model(idx, targets)
+    """
+    _checked_mode(mode)
+    by_layer: dict[int, set[int]] = {}
+    for pair in heads:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"each head is a (layer, head) pair, got {pair!r}")
+        layer, head = pair
+        _check_head(model, layer, head)
+        by_layer.setdefault(layer, set()).add(head)
+    means = head_means(model, over) if mode == "mean" and over is not None else None
+
+    def knock_out(layer: int, off: list[int]):
+        def hook(_module, _inputs, z: torch.Tensor) -> torch.Tensor:  # z: (B, H, T, D)
+            if means is not None:
+                z = z.clone()
+                z[:, off] = means[layer][off][None, :, None, :].to(z.dtype)
+                return z
+            rows = torch.arange(z.size(0), device=z.device).repeat_interleave(len(off))
+            return _switch_off(z, rows, torch.tensor(off * z.size(0), device=z.device), mode)
+        return hook
+
+    handles = [model.blocks[layer].attn.hook_z.register_forward_hook(knock_out(layer, sorted(off)))
+               for layer, off in by_layer.items()]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def text_loss(model: GPT, ids: list[int]) -> float:
+    """The model's mean next-token loss on `ids` (eval mode, no gradients)."""
+    idx = _ids_tensor(model, ids)
+    if len(ids) < 2:
+        raise ValueError("the loss needs a text of at least 2 tokens")
+    with _evaluating(model):
+        return model(idx[:, :-1], idx[:, 1:])[1].item()
+
+
+def importance_macs(config: GPTConfig, n_tokens: int) -> int:
+    """About how many multiply-adds `head_importance` does on `n_tokens` tokens: for each head, the
+    layers from its own to the last, then the unembedding. (GPT-2 small: ~12 G per token; a 6-layer
+    model of 256 channels: ~0.1 G.) A server caps the tokens by it."""
+    C, L, H = config.n_embd, config.n_layer, config.n_head
+    per_layer = 12 * C * C + 2 * C * n_tokens  # qkv, projection, feed-forward (4C); the attention itself
+    per_head_copy = sum((L - layer) * per_layer + config.vocab_size * C for layer in range(L))
+    return H * n_tokens * per_head_copy
+
+
+def head_importance(model: GPT, ids: list[int], mode: str = "zero") -> torch.Tensor:
+    """(L, H): how much the loss on `ids` rises when each head alone is switched off (`ablate`).
+
+    The intact model runs once; then, for each layer l, H copies of the residual stream entering
+    layer l (shared: nothing before l changes) run the rest of the model, copy h without head h.
+    """
+    _checked_mode(mode)
+    idx = _ids_tensor(model, ids)
+    if len(ids) < 2:
+        raise ValueError("the loss needs a text of at least 2 tokens")
+    if not model.blocks or model.blocks[0].attn is None:
+        raise ValueError("this model has no attention layers (its stage leaves attention out)")
+    L, H = len(model.blocks), model.config.n_head
+    inputs, targets = idx[:, :-1], idx[0, 1:]
+    streams: list[torch.Tensor] = []  # the stream entering each block: the embeddings, then each block's output
+    points = [model.hook_embed] + [block.hook_resid_post for block in model.blocks[:-1]]
+    handles = [point.register_forward_hook(lambda _m, _i, out: streams.append(out)) for point in points]
+    try:
+        with _evaluating(model):
+            intact = model(inputs, idx[:, 1:])[1].float().cpu()
+    finally:
+        for handle in handles:
+            handle.remove()
+    chunk = max(1, LOGITS_PER_CHUNK // (len(ids) * model.config.vocab_size))  # copies whose logits fit at once
+    importance = torch.zeros(L, H)
+    for layer in range(L):
+        for first in range(0, H, chunk):
+            heads = torch.arange(first, min(first + chunk, H), device=idx.device)
+            copies = torch.arange(len(heads), device=idx.device)
+            hook = model.blocks[layer].attn.hook_z.register_forward_hook(
+                lambda _m, _i, z: _switch_off(z, copies, heads, mode))
+            try:
+                with _evaluating(model):
+                    x = streams[layer].expand(len(heads), -1, -1)  # (copies, T, C)
+                    for later, block in enumerate(model.blocks[layer:], start=layer):
+                        x = block(x, None, later)
+                    logits = model.lm_head(model.ln_f(x)).float()  # (copies, T, V)
+                    losses = F.cross_entropy(logits.transpose(1, 2), targets.expand(len(heads), -1),
+                                             reduction="none").mean(-1)
+            finally:
+                hook.remove()
+            importance[layer, first:first + len(heads)] = losses.cpu() - intact
+    return importance
+
+
+@dataclass(frozen=True)
+class LogitLens:
+    """What the residual stream would predict at each depth, read through the final LayerNorm and
+    the LM head. Rows: the embeddings, then after each layer (the last row is the model's output)."""
+
+    depths: list[str]  # "embeddings", "layer 0", ...
+    top_ids: torch.Tensor  # (depths, T, k) the k likeliest next tokens at each position
+    top_probs: torch.Tensor  # (depths, T, k) their probabilities
+    target_probs: torch.Tensor  # (depths, T - 1) the probability of the token that really comes next
+    target_ranks: torch.Tensor  # (depths, T - 1) its rank among all tokens (0 = the likeliest)
+
+
+def logit_lens(model: GPT, ids: list[int], top_k: int = 5) -> LogitLens:
+    """The logit lens (nostalgebraist, 2020) on one text. One depth at a time, so a large
+    vocabulary never needs all depths' logits at once."""
+    idx = _ids_tensor(model, ids)
+    streams: list[torch.Tensor] = []
+    points = [model.hook_embed] + [block.hook_resid_post for block in model.blocks]
+    handles = [point.register_forward_hook(lambda _m, _i, out: streams.append(out[0])) for point in points]
+    try:
+        with _evaluating(model):
+            model(idx)
+            k = min(top_k, model.config.vocab_size)
+            top_ids, top_probs, target_probs, target_ranks = [], [], [], []
+            targets = idx[0, 1:]  # (T - 1,)
+            for stream in streams:  # (T, C)
+                probs = F.softmax(model.lm_head(model.ln_f(stream)).float(), dim=-1)  # (T, V)
+                best = probs.topk(k, dim=-1)
+                top_ids.append(best.indices)
+                top_probs.append(best.values)
+                true = probs[:-1].gather(1, targets[:, None])  # (T - 1, 1)
+                target_probs.append(true[:, 0])
+                target_ranks.append((probs[:-1] > true).sum(-1))
+    finally:
+        for handle in handles:
+            handle.remove()
+    depths = ["embeddings"] + [f"layer {i}" for i in range(len(model.blocks))]
+    return LogitLens(depths, *(torch.stack(rows).cpu() for rows in (top_ids, top_probs, target_probs, target_ranks)))

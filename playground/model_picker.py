@@ -1,0 +1,81 @@
+"""The "Model" picker at the top of Generate and Attention: the session's own model or GPT-2.
+
+    build(ctx, "generate")         # inside the tab's layout: the radio, its note, and their events
+
+Choosing sets `session.pretrained` and `ctx.model_changed` to a description of what the tabs now
+read, so every tab (and the other tab's picker) follows. When GPT-2 cannot be had, the picker goes
+back to "Your model" and its note says why.
+
+Imports the context and the shared GPT-2 (`playground.pretrained`). Never imports a tab.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from playground import validate
+from playground.context import AppContext
+from playground.pretrained import describe, read_only_note, reading
+from playground.sessions import Session
+
+YOURS, GPT2 = "yours", "gpt2"
+CHOICES = [("Your model", YOURS), ("GPT-2 (pretrained)", GPT2)]
+
+
+class ModelPicker:
+    """The handlers of the pickers: which model Generate and Attention read, per session."""
+
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+
+    def use_model(self, choice, request: gr.Request) -> tuple[str, str, str]:
+        """(the picker's value, the note under it, ctx.model_changed's new value). When GPT-2 cannot be
+        had, the picker goes back to "yours" with the reason in the note: it must show what is read."""
+        choice = validate.choice(choice, "Model", [value for _, value in CHOICES])
+        session = self.ctx.registry.get(request)
+        if choice == YOURS:
+            session.pretrained = None
+            return YOURS, "", self.described(session)
+        try:
+            gpt2 = self.ctx.gpt2.get()
+        except gr.Error as error:
+            gr.Warning(error.message)
+            return YOURS, f"⚠️ {error.message}", self.described(session)  # nothing loaded: none was read
+        if session.pretrained is None:
+            # It holds no weights of its own, but its analyses are the largest a session keeps (144 heads):
+            # a slot, like any model, so a flood of sessions cannot fill the memory with them.
+            self.ctx.registry.claim_model(session)
+            session.pretrained = reading(gpt2)
+        return GPT2, read_only_note(session.pretrained), self.described(session)
+
+    def follow(self, request: gr.Request) -> tuple[str, str]:
+        """The picker and its note as the session's choice is now (after any tab changed the model)."""
+        session = self.ctx.registry.peek(request)
+        if session is None or session.pretrained is None:
+            return YOURS, ""
+        return GPT2, read_only_note(session.pretrained)
+
+    @staticmethod
+    def described(session: Session) -> str:
+        """What Generate and Attention read, in one line ('' when nothing)."""
+        if session.pretrained is not None:
+            return describe(session.pretrained)
+        return "" if session.trained is None else session.trained.describe()
+
+
+def build(ctx: AppContext, tab_id: str) -> gr.Radio:
+    """The "Model" picker at the top of a tab (`tab_id` "generate" or "attention"): the same handlers on
+    both tabs, public as /use_model on Generate's."""
+    handlers = ModelPicker(ctx)
+    with gr.Row(equal_height=True):
+        choice = gr.Radio(CHOICES, value=YOURS, label="Model", scale=1, min_width=260,
+                          elem_id=f"{tab_id}-model-choice")
+        with gr.Column(scale=2, min_width=280):  # on a phone the note wraps below the picker, full width
+            note = gr.Markdown("", elem_id=f"{tab_id}-model-note")
+    api = dict(api_name="use_model") if tab_id == "generate" else dict(api_name=f"{tab_id}_use_model",
+                                                                        api_visibility="private")
+    # Loading GPT-2 the first time takes seconds: it waits in line with the analyses, not the cheap events.
+    choice.input(handlers.use_model, choice, [choice, note, ctx.model_changed], **api, **ctx.heavy("attention"))
+    ctx.model_changed.change(handlers.follow, None, [choice, note], api_name=f"{tab_id}_model_follow",
+                             api_visibility="private", **ctx.cheap())
+    return choice
