@@ -3,6 +3,8 @@
     from core import GPT, GPTConfig
     model = GPT(GPTConfig(vocab_size=65, block_size=64))
     logits, loss, attentions = model(idx, return_attention=True)
+
+Never imports gradio, plotly or `playground`: core is the UI-free package, usable from a notebook.
 """
 
 from core.config import STAGES, GPTConfig, stage_config

@@ -4,6 +4,8 @@
     python -m core sample --checkpoint out/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --seed 1
     python -m core ladder --steps 10000 --seed 1337 --json
     python -m core presets
+
+The top of core: it may import any of core. Never imports gradio, plotly or `playground`.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from pathlib import Path
 import torch
 
 from core import checkpoint
-from core.config import STAGES, GPTConfig
+from core.config import STAGES, GPTConfig, TrainConfig
+from core.device import resolve_device
 from core.data import CORPORA, TokenData, default_tokenizer, load_shakespeare, read_text_file
 from core.ladder import DEFAULT_STEPS, Ladder
 from core.model import GPT
 from core.pretrained import PretrainedUnavailable, load_gpt2
 from core.presets import PRESETS, get_preset, preset_configs, preset_corpus
 from core.sample import stream
-from core.train import TrainConfig, TrainEvent, Trainer, resolve_device
+from core.train import TrainEvent, Trainer
 
 BAR_WIDTH = 24
 

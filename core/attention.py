@@ -20,6 +20,10 @@ patterns (Olsson et al., "In-context Learning and Induction Heads", 2022):
 
 A pattern's score is chance-corrected: 0 means no more weight on the pattern's tokens than
 uniform attention would put there, 1 means all of it.
+
+Running the model differently (a head's steps, knock-outs, importance, the logit lens) is
+`core.interventions`: this module only reads what a forward pass shows.
+Imports the model. Never imports the training loop, gradio, plotly or `playground`.
 """
 
 from __future__ import annotations

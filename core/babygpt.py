@@ -14,6 +14,8 @@ V edges leaving each state. Karpathy's example: V=2, L=3, trained for 50 steps o
     analysis = analyse_chain(run.space, probs, run.counts)  # all of it, next to the data
 
 Shapes: S states (V**L), V vocabulary, L context length, N training windows.
+
+Never imports the training loop (`core.train`: the baby GPT's fifty steps are its own), gradio, plotly or `playground`.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ against a server's caps), bounds everything after. Each file is read with a hard
 from it (`weights_bytes`, `trainer_bytes`), and the model is built on the meta device with the
 loaded tensors as its parameters, so at its peak a load holds the weights twice (the file's
 bytes and the tensors parsed from them), never a throwaway initialisation besides.
+
+Never imports the training loop (a training state is a plain dict here), gradio, plotly or `playground`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
 from core.config import GPTConfig
+from core.jsonvalues import as_float, clipped, is_count, shown
 from core.model import GPT
 from core.tokenizers import Tokenizer, tokenizer_from_spec
 
@@ -248,7 +251,7 @@ def _unreadable(message: str) -> Iterator[None]:
         yield
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError, NotImplementedError,
             RuntimeError) as error:
-        raise CheckpointError(f"{message} ({_clip(str(error), 200)})") from None
+        raise CheckpointError(f"{message} ({clipped(str(error), 200)})") from None
 
 
 def _read(source: Path | zipfile.ZipFile, name: str, limit: int) -> bytes | None:
@@ -289,19 +292,19 @@ def _decode_description(config: bytes) -> tuple[GPTConfig, Tokenizer, dict]:
     try:
         description = json.loads(config.decode("utf-8"))
     except (ValueError, RecursionError) as error:  # also bad UTF-8, numbers of 4,300+ digits, deep nesting
-        raise CheckpointError(f"{CONFIG_FILE} is not valid JSON ({_clip(str(error), 200)})") from None
+        raise CheckpointError(f"{CONFIG_FILE} is not valid JSON ({clipped(str(error), 200)})") from None
     if not isinstance(description, dict) or description.get("format") != FORMAT:
         raise CheckpointError(f"{CONFIG_FILE} is not an Attention Playground checkpoint description")
     if description.get("version") != VERSION:
         raise CheckpointError(
-            f"checkpoint version {_show(description.get('version'))} is not supported (expected {VERSION})"
+            f"checkpoint version {shown(description.get('version'))} is not supported (expected {VERSION})"
         )
     meta = _check_meta(description.get("meta", {}))
     try:
         model_config = GPTConfig.from_dict(description.get("model"))
         tokenizer = tokenizer_from_spec(description.get("tokenizer"))
     except (TypeError, ValueError) as error:
-        raise CheckpointError(f"the checkpoint's description is invalid: {_clip(str(error), 200)}") from None
+        raise CheckpointError(f"the checkpoint's description is invalid: {clipped(str(error), 200)}") from None
     if tokenizer.vocab_size != model_config.vocab_size:
         raise CheckpointError(
             f"the tokenizer has {tokenizer.vocab_size} tokens but the model expects {model_config.vocab_size}"
@@ -317,14 +320,14 @@ def _check_meta(meta: object) -> dict:
         value = meta.get(key)
         if value is not None and not (isinstance(value, str) and len(value) <= MAX_META_TEXT):
             raise CheckpointError(
-                f"the checkpoint's meta.{key} must be a text of at most {MAX_META_TEXT} characters, got {_show(value)}"
+                f"the checkpoint's meta.{key} must be a text of at most {MAX_META_TEXT} characters, got {shown(value)}"
             )
     for key in ("step", "steps"):
-        if meta.get(key) is not None and not _is_count(meta[key]):
-            raise CheckpointError(f"the checkpoint's meta.{key} must be a non-negative integer, got {_show(meta[key])}")
+        if meta.get(key) is not None and not is_count(meta[key]):
+            raise CheckpointError(f"the checkpoint's meta.{key} must be a non-negative integer, got {shown(meta[key])}")
     if not isinstance(meta.get("train_config"), (dict, type(None))):
         raise CheckpointError(
-            f"the checkpoint's meta.train_config must be an object, got {_show(meta['train_config'])}"
+            f"the checkpoint's meta.train_config must be an object, got {shown(meta['train_config'])}"
         )
     if "history" not in meta:
         return meta
@@ -348,21 +351,21 @@ def check_history(rows: object, max_rows: int = MAX_HISTORY_ROWS) -> list[dict]:
     clean, previous = [], -1
     for index, row in enumerate(rows, 1):
         if not isinstance(row, dict):
-            raise CheckpointError(f"history row {index} must be a JSON object, got {_show(row)}")
+            raise CheckpointError(f"history row {index} must be a JSON object, got {shown(row)}")
         step = row.get("step")
-        if not _is_count(step) or step <= previous:
+        if not is_count(step) or step <= previous:
             raise CheckpointError(f"history row {index}: step must be an integer above the previous row's, "
-                                  f"got {_show(step)}")
+                                  f"got {shown(step)}")
         clean.append({"step": step})
         for key in ("train_loss", "val_loss", "lr", *ANSWER_KEYS):
-            value, number = row.get(key), _as_float(row.get(key))
+            value, number = row.get(key), as_float(row.get(key))
             if key in ANSWER_KEYS and key not in row:
                 continue  # only task corpora score their answers
             if key == "val_loss" or key in ANSWER_KEYS:  # null between evaluations; a loss may overflow
                 if value is not None and number is None:
-                    raise CheckpointError(f"history row {index}: {key} must be a number or null, got {_show(value)}")
+                    raise CheckpointError(f"history row {index}: {key} must be a number or null, got {shown(value)}")
             elif number is None or not math.isfinite(number):  # the trainer records only finite ones
-                raise CheckpointError(f"history row {index}: {key} must be a finite number, got {_show(value)}")
+                raise CheckpointError(f"history row {index}: {key} must be a finite number, got {shown(value)}")
             clean[-1][key] = number
         previous = step
     return clean
@@ -376,44 +379,21 @@ def _param_groups_problem(groups: object) -> str:
         return "param_groups must be a list of objects"
     for index, group in enumerate(groups, 1):
         params = group.get("params")
-        if not isinstance(params, list) or not all(_is_count(i) for i in params):
+        if not isinstance(params, list) or not all(is_count(i) for i in params):
             return f"param group {index} must list its parameters as non-negative integers"
         for key, value in group.items():
             values = value if isinstance(value, list) else [value]
             if key != "params" and not all(v is None or isinstance(v, bool) or
-                                           (_as_float(v) is not None and math.isfinite(_as_float(v))) for v in values):
-                return f"param group {index}: {_clip(str(key), 40)} must be a finite number, a flag or null, got {_show(value)}"
+                                           (as_float(v) is not None and math.isfinite(as_float(v))) for v in values):
+                return f"param group {index}: {clipped(str(key), 40)} must be a finite number, a flag or null, got {shown(value)}"
     return ""
-
-
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _as_float(value: object) -> float | None:
-    """A JSON number (an int or a float, not a bool) as a float; None for anything else."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        return float(value)
-    except OverflowError:  # an integer beyond the float range
-        return None
-
-
-def _show(value: object) -> str:
-    """A value for an error message: its repr, cut short (messages reach end users)."""
-    return _clip(repr(value), 60)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _parse_weights(data: bytes) -> dict[str, torch.Tensor]:
     try:
         return load_safetensors_bytes(data)
     except (SafetensorError, ValueError, RuntimeError) as error:
-        raise CheckpointError(f"{WEIGHTS_FILE} is damaged or truncated ({_clip(str(error), 200)})") from None
+        raise CheckpointError(f"{WEIGHTS_FILE} is damaged or truncated ({clipped(str(error), 200)})") from None
 
 
 def _assemble(config: GPTConfig, tensors: dict[str, torch.Tensor]) -> GPT:
@@ -423,7 +403,7 @@ def _assemble(config: GPTConfig, tensors: dict[str, torch.Tensor]) -> GPT:
     expected = _unique_state(model)
     missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
     if missing or unexpected:
-        raise CheckpointError(_clip(
+        raise CheckpointError(clipped(
             f"{WEIGHTS_FILE} does not match the model config: missing {missing or 'none'}, "
             f"unexpected {unexpected or 'none'}", 300))
     for name, tensor in tensors.items():
@@ -472,15 +452,15 @@ def decode_trainer_state(data: bytes, max_history: int = MAX_HISTORY_ROWS) -> di
         header = json.loads(data[8: 8 + int.from_bytes(data[:8], "little")])  # safetensors: length, JSON header
         info = json.loads(header["__metadata__"]["trainer"])
     except (SafetensorError, ValueError, RuntimeError, KeyError, TypeError, RecursionError) as error:
-        raise CheckpointError(f"{damaged} ({_clip(str(error), 200)})") from None
+        raise CheckpointError(f"{damaged} ({clipped(str(error), 200)})") from None
     if not isinstance(info, dict):
         raise CheckpointError(f"{damaged}: its metadata is not a JSON object")
     step, elapsed, groups = (info.get(key) for key in ("step", "elapsed", "param_groups"))
-    if not _is_count(step):
-        raise CheckpointError(f"{damaged}: step must be a non-negative integer, got {_show(step)}")
-    seconds = _as_float(elapsed)
+    if not is_count(step):
+        raise CheckpointError(f"{damaged}: step must be a non-negative integer, got {shown(step)}")
+    seconds = as_float(elapsed)
     if seconds is None or not 0 <= seconds < math.inf:
-        raise CheckpointError(f"{damaged}: elapsed must be a non-negative number of seconds, got {_show(elapsed)}")
+        raise CheckpointError(f"{damaged}: elapsed must be a non-negative number of seconds, got {shown(elapsed)}")
     try:
         history = check_history(info.get("history"), max_history)
     except CheckpointError as error:
@@ -499,7 +479,7 @@ def decode_trainer_state(data: bytes, max_history: int = MAX_HISTORY_ROWS) -> di
             continue
         match = _OPTIMIZER_KEY.fullmatch(name)
         if match is None:
-            raise CheckpointError(f"{damaged}: unexpected tensor {_clip(name, 60)}")
+            raise CheckpointError(f"{damaged}: unexpected tensor {clipped(name, 60)}")
         _check_values(TRAINER_FILE, name, tensor)
         state.setdefault(int(match[1]), {})[match[2]] = tensor
     return {

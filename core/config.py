@@ -1,9 +1,17 @@
-"""Model configuration, its validation, and the seeds' teaching progression as named stages."""
+"""The configurations: a model's (`GPTConfig`) and a training run's (`TrainConfig`), each validated
+when made, and the seeds' teaching progression as named stages of one model (`STAGES`).
+
+Imports the device names only. Never imports the model, the training loop, gradio or `playground`:
+everything else is built from these.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
+
+from core.device import DTYPES
 
 # "gelu_tanh": GELU through tanh, the approximation GPT-2 was trained with (Hugging Face calls
 # it "gelu_new"); pretrained GPT-2 weights need it to give GPT-2's outputs.
@@ -143,3 +151,59 @@ def stage_of(config: GPTConfig) -> str | None:
         if all(getattr(config, key) == value for key, value in stage.options.items()):
             return name
     return None
+
+
+@dataclass
+class TrainConfig:
+    max_iters: int = 2000
+    batch_size: int = 12
+    learning_rate: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_iters: int = 100
+    lr_decay_iters: int = 2000
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0  # 0 = no clipping
+    eval_interval: int = 250
+    eval_iters: int = 20
+    seed: int = 1337
+    sample_interval: int = 0  # 0 = no live samples
+    sample_tokens: int = 100
+    attention_interval: int = 0  # 0 = no attention snapshots
+    device: str = "auto"  # 'auto' = cuda > mps > cpu
+    compile: bool = False
+    dtype: str = "auto"  # autocast: 'auto' = bfloat16 where the hardware has it natively (see autocast_dtype)
+    # Train (and evaluate) on a task corpus's answers only (core.data.answer_mask): its questions
+    # are random, and their gradients are noise that delays learning the answers about two-fold.
+    answers_only: bool = False
+
+    def __post_init__(self) -> None:
+        positive = ("max_iters", "batch_size", "eval_interval", "eval_iters")
+        non_negative = ("warmup_iters", "lr_decay_iters", "seed", "sample_interval", "sample_tokens",
+                        "attention_interval")
+        for name in positive + non_negative:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < (name in positive):
+                kind = "a positive" if name in positive else "a non-negative"
+                raise ValueError(f"{name} must be {kind} integer, got {value!r}")
+        for name in ("learning_rate", "min_lr", "weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.learning_rate == 0:
+            raise ValueError("learning_rate must be > 0")
+        for name in ("beta1", "beta2"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+        if self.device not in ("auto", "cpu", "mps") and not str(self.device).startswith("cuda"):
+            raise ValueError(f"device must be 'auto', 'cpu', 'cuda[:N]' or 'mps', got {self.device!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        for name in ("compile", "answers_only"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

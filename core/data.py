@@ -1,4 +1,7 @@
-"""Corpora (Tiny Shakespeare, synthetic tasks, user text) and fast seeded batches."""
+"""Corpora (Tiny Shakespeare, synthetic tasks, user text) and fast seeded batches.
+
+Imports the tokenizers only. Never imports the model, the training loop, gradio, plotly or `playground`.
+"""
 
 from __future__ import annotations
 
@@ -281,6 +284,29 @@ def answer_mask(x: torch.Tensor, separator: int, newline: int) -> torch.Tensor:
     last_separator = torch.where(x == separator, positions, none).cummax(-1).values
     last_newline = torch.where(x == newline, positions, none).cummax(-1).values
     return (last_separator > last_newline) & (last_newline >= 0)
+
+
+def every_window_has_an_answer(data: TokenData, block_size: int) -> bool:
+    """Whether the data has answers and every context window `get_batch` can draw counts one (a
+    window with none would have no loss to learn from); otherwise `answers_only` counts every target.
+
+    `answer_mask` counts a line's answer from its separator on when the newline before the line is
+    in the window too. So the window starting at s counts one exactly when the first line whose
+    newline is at or after s has its separator inside the window, before s + block_size (later
+    lines have later separators). One search per split, no loop over windows.
+    """
+    if data.answer_tokens is None:
+        return False
+    separator, newline = data.answer_tokens
+    for ids in (data.train, data.val):
+        newlines, separators = (ids == newline).nonzero().flatten(), (ids == separator).nonzero().flatten()
+        before = torch.searchsorted(newlines, separators) - 1  # the newline before each separator's line
+        line_newlines, separators = newlines[before[before >= 0]], separators[before >= 0]
+        starts = torch.arange(len(ids) - block_size)  # every window get_batch can draw
+        first = torch.searchsorted(line_newlines, starts)  # each window's first line with its newline
+        if (first == len(line_newlines)).any() or (separators[first] - starts >= block_size).any():
+            return False
+    return True
 
 
 def get_batch(

@@ -11,6 +11,8 @@ residual connections with LayerNorm let blocks stack. `Ladder` retraces that on 
 
 Every rung starts from the same seed and sees the same batches; only the model differs.
 From the command line: `python -m core ladder --steps 10000 --seed 1337 --json`.
+
+Never imports gradio, plotly or `playground`: the Ladder tab and the CLI both drive `Ladder.climb()`.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from core.config import STAGES, GPTConfig, stage_config
+from core.config import STAGES, GPTConfig, TrainConfig, stage_config
 from core.data import TokenData, default_tokenizer
 from core.model import GPT
 from core.schedule import FairShare
 from core.tokenizers import Tokenizer
-from core.train import TrainConfig, TrainEvent, Trainer
+from core.train import TrainEvent, Trainer
 
 # The lecture's sizes: n_embd 32 in 4 heads, three blocks for the residual rung (the earlier rungs
 # are one layer by their stage), ReLU, no bias on query, key and value. Context 32, not the video's

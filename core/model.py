@@ -9,6 +9,9 @@ TransformerLens style: `hook_embed` (the residual stream before any block),
 output before the heads are mixed) and `blocks.{i}.hook_resid_post` (the stream after block i).
 Nobody looking at attention means the fast fused `scaled_dot_product_attention`; somebody
 looking means an explicit masked softmax whose tensors pass through the hook points.
+
+Imports the config only. Never imports the training loop, the analysis, gradio, plotly or `playground`: everything
+looks at the model through its hook points.
 """
 
 from __future__ import annotations

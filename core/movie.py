@@ -13,6 +13,9 @@ When the snapshots outgrow `max_bytes`, every other one is dropped and snapshots
 as often: the movie always spans the whole run, ever more coarsely.
 
     Path("movie.gif").write_bytes(movie_gif(movie))   # every snapshot, a layer per row, a head per column
+
+Imports the pattern scores of `core.attention`. Never imports the training loop (the caller
+feeds it snapshots), gradio, plotly or `playground`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The optimizer and learning-rate schedule shared by every training loop."""
+"""The optimizer and learning-rate schedule shared by every training loop.
+
+Imports torch only. Never imports the model, gradio, plotly or `playground`.
+"""
 
 from __future__ import annotations
 

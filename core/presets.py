@@ -4,6 +4,8 @@
 
 Overrides go to whichever config has a field of that name. Shortening `max_iters` alone also
 moves `lr_decay_iters` with it, so a shorter run still ends its cosine decay at `min_lr`.
+
+Never imports the model or the training loop (a preset is configs and a corpus), gradio, plotly or `playground`.
 """
 
 from __future__ import annotations
@@ -11,10 +13,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from core.config import GPTConfig
+from core.config import GPTConfig, TrainConfig
 from core.data import corpus_text, default_tokenizer
 from core.tokenizers import Tokenizer
-from core.train import TrainConfig
 
 # nanoGPT's model choices: no biases, LM head tied to the token embedding.
 NANOGPT_MODEL = dict(bias=False, qkv_bias=False, lm_head_bias=False, tie_weights=True)

@@ -21,6 +21,8 @@ approximation GPT-2 was trained with (config.json's "gelu_new", our "gelu_tanh")
 
 Weights are read only from safetensors files: a pickled checkpoint (pytorch_model.bin) can run
 code when it is loaded, so it is refused. The tokenizer is GPT-2's, vendored in `core.tokenizers`.
+
+Never imports `transformers` (tests compare against it; the app does not need it), gradio, plotly or `playground`.
 """
 
 from __future__ import annotations

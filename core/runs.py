@@ -10,6 +10,8 @@
 Continuing a run replaces its record (same number); a new run pushes the oldest out. Memory is
 bounded whatever the run: curves are thinned to CURVE_POINTS and the attention (float16) is kept
 only while it fits max_bytes // max_runs.
+
+Never imports the training loop (a run is recorded from plain values), gradio, plotly or `playground`.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class RunRecord:
     number: int  # 1, 2, 3 ... in the order the session started its models
     config: GPTConfig
     corpus: str  # what it trained on, for display
-    train: dict  # core.train.TrainConfig.to_dict() of its last Train
+    train: dict  # core.config.TrainConfig.to_dict() of its last Train
     step: int  # how many steps it has trained
     train_curve: tuple[list[int], list[float]]  # steps and training losses, at most CURVE_POINTS
     val_curve: tuple[list[int], list[float]]  # steps and validation losses (every evaluation)

@@ -16,6 +16,8 @@ full forward per token.
 
 Randomness: `seed` makes a fresh generator; otherwise a caller's `generator` (e.g. one per
 session) is used; with neither, torch's global RNG. Temperature 0 means greedy.
+
+Imports the model and the tokenizers. Never imports the training loop, gradio, plotly or `playground`.
 """
 
 from __future__ import annotations
@@ -228,3 +230,34 @@ def stream(
             decoded = tokenizer.decode(new_ids).rstrip("\ufffd")
             text, shown = decoded[len(shown):], decoded
             yield TokenStep(token_id, text, probs[token_id].item(), alternatives)
+
+
+def answer_questions(model: GPT, tokenizer: Tokenizer, ids: list[int], answer_tokens: tuple[int, int],
+                     max_tokens: int, *, generator: torch.Generator | None = None) -> str:
+    """A task corpus's lines in `ids` (separator and newline as `answer_tokens`): each line's question,
+    then what the model writes after it up to its newline, one line each, about `max_tokens` tokens in all.
+
+    Each prompt is the newline before its line, then the question: trained windows hold a line's start,
+    and the copying heads find the question by it.
+    """
+    separator, newline = answer_tokens
+    block_size = model.config.block_size
+    device = next(model.parameters()).device
+    lines, written = [], 0
+    starts = [i + 1 for i, token in enumerate(ids) if token == newline]
+    for start, end in zip(starts, starts[1:]):
+        line = ids[start - 1:end]
+        if written >= max_tokens:
+            break
+        if separator not in line:
+            continue
+        question = line[: line.index(separator) + 1]
+        answer_length = min(len(line) - len(question), block_size - len(question))
+        if answer_length < 1:
+            continue
+        prompt = torch.tensor([question], device=device)
+        answer = generate(model, prompt, answer_length, generator=generator)[0, len(question):].tolist()
+        answer = answer[: answer.index(newline)] if newline in answer else answer  # the line ends there
+        lines.append(tokenizer.decode(question[1:] + answer))
+        written += len(question) + len(answer)
+    return "\n".join(lines)

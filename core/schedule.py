@@ -12,6 +12,8 @@ curve within seconds rather than a queue.
 
 `withdraw(owner)` lets a waiting owner go without a turn (Stop should not wait for one), and
 `members` counts the trainings taking part, for a status such as "12 trainings share the server".
+
+Imports nothing of the project. Never imports torch, gradio, plotly or `playground`: turns are plain threading.
 """
 
 from __future__ import annotations

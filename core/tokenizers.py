@@ -6,6 +6,8 @@
   rank file vendored in `assets/gpt2/`.
 
 Each tokenizer describes itself as a small JSON-able `spec` so a checkpoint can rebuild it.
+
+Imports nothing of the project. Never imports the model, gradio, plotly or `playground`.
 """
 
 from __future__ import annotations

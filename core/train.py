@@ -10,11 +10,10 @@ Batches come from the trainer's own seeded generators, so the same seed, config 
 give the same loss curve on CPU, and the library never reseeds torch's global RNG (dropout
 draws from a private CPU generator state, seeded from the config, swapped in for each step).
 
-Devices and precision: `device="auto"` picks CUDA, then Apple MPS, then the CPU; `dtype="auto"`
-trains under bfloat16 autocast where the hardware has it natively (CUDA, CPUs with AVX512-BF16
-or AMX) and in float32 elsewhere; `compile=True` wraps the model in `torch.compile`. The library
-never changes torch's thread count: a process running several trainings should set it (the CLI
-has --threads; one thread per training avoids OpenMP oversubscription on a shared CPU).
+Devices and precision (`core.device`): `device="auto"` picks CUDA, then Apple MPS, then the CPU;
+`dtype="auto"` trains under bfloat16 autocast where the hardware has it natively and in float32
+elsewhere; `compile=True` wraps the model in `torch.compile`. The library never changes torch's
+thread count: a process running several trainings should set it (the CLI has --threads).
 
 Sharing the CPU: trainings of one process given the same `core.schedule.FairShare` take turns
 step by step, round-robin, so many of them advance together (a workshop server); the time spent
@@ -24,13 +23,14 @@ Divergence guard: before every update the loss and the gradient norm are checked
 non-finite value, or a training loss far above that of guessing uniformly, ends training with a
 message; the weights go back to the last good ones (those at the start of the run or at the
 latest evaluation with a sound validation loss, see `Trainer._sound`), and AdamW starts afresh.
+
+Never imports checkpoints (the CLI saves them; a training state is a plain dict here), gradio, plotly or `playground`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import math
 import threading
 import time
@@ -41,71 +41,16 @@ import torch
 from torch.nn import functional as F
 
 from core.attention import attention_maps
-from core.data import TokenData, answer_mask, get_batch
+from core.data import TokenData, answer_mask, every_window_has_an_answer, get_batch
+from core.config import TrainConfig
+from core.device import autocast_dtype, resolve_device
 from core.model import GPT
 from core.optim import configure_optimizer, learning_rate_at
-from core.sample import generate
+from core.sample import answer_questions, generate
 from core.schedule import FairShare
 from core.tokenizers import Tokenizer
 
-DTYPES = ("auto", "float32", "bfloat16")
 PROBE_TOKENS = 32  # length of the default attention probe (the start of the validation split)
-
-
-@dataclass
-class TrainConfig:
-    max_iters: int = 2000
-    batch_size: int = 12
-    learning_rate: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_iters: int = 100
-    lr_decay_iters: int = 2000
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.99
-    grad_clip: float = 1.0  # 0 = no clipping
-    eval_interval: int = 250
-    eval_iters: int = 20
-    seed: int = 1337
-    sample_interval: int = 0  # 0 = no live samples
-    sample_tokens: int = 100
-    attention_interval: int = 0  # 0 = no attention snapshots
-    device: str = "auto"  # 'auto' = cuda > mps > cpu
-    compile: bool = False
-    dtype: str = "auto"  # autocast: 'auto' = bfloat16 where the hardware has it natively (see autocast_dtype)
-    # Train (and evaluate) on a task corpus's answers only (core.data.answer_mask): its questions
-    # are random, and their gradients are noise that delays learning the answers about two-fold.
-    answers_only: bool = False
-
-    def __post_init__(self) -> None:
-        positive = ("max_iters", "batch_size", "eval_interval", "eval_iters")
-        non_negative = ("warmup_iters", "lr_decay_iters", "seed", "sample_interval", "sample_tokens",
-                        "attention_interval")
-        for name in positive + non_negative:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < (name in positive):
-                kind = "a positive" if name in positive else "a non-negative"
-                raise ValueError(f"{name} must be {kind} integer, got {value!r}")
-        for name in ("learning_rate", "min_lr", "weight_decay", "grad_clip"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if self.learning_rate == 0:
-            raise ValueError("learning_rate must be > 0")
-        for name in ("beta1", "beta2"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
-        if self.device not in ("auto", "cpu", "mps") and not str(self.device).startswith("cuda"):
-            raise ValueError(f"device must be 'auto', 'cpu', 'cuda[:N]' or 'mps', got {self.device!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        for name in ("compile", "answers_only"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -131,44 +76,6 @@ class TrainEvent:
     done: bool = False
     stopped: bool = False
     error: str | None = None  # divergence message (weights restored to the last good ones)
-
-
-def resolve_device(name: str = "auto") -> torch.device:
-    """'auto' picks CUDA, then Apple MPS, then the CPU; an explicit device must exist."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' was asked for but CUDA is not available")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise ValueError("device 'mps' was asked for but Apple MPS is not available")
-    return torch.device(name)
-
-
-def autocast_dtype(device: torch.device, dtype: str) -> torch.dtype | None:
-    """The autocast dtype for a device, or None for plain float32.
-
-    'auto' picks bfloat16 where the hardware computes it natively (CUDA with bf16 support, CPUs
-    with AVX512-BF16 or AMX): about twice the matmul throughput, same loss curve to ~1e-2.
-    Elsewhere (MPS, older CPUs, where bfloat16 would be emulated) it trains in float32.
-    """
-    if dtype == "float32":
-        return None
-    if dtype == "bfloat16":
-        return torch.bfloat16
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
-    if device.type == "cpu" and _cpu_has_native_bf16():
-        return torch.bfloat16
-    return None
-
-
-def _cpu_has_native_bf16() -> bool:
-    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu, torch >= 2.3
-    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
 class Trainer:
@@ -197,7 +104,7 @@ class Trainer:
         self.answer_tokens = data.answer_tokens  # a task's separator and newline: where its answers are
         # the targets the loss counts: all of them (None), or the answers alone (as `answer_mask` finds them)
         self._counted = None
-        if config.answers_only and _every_window_has_an_answer(data, block_size):
+        if config.answers_only and every_window_has_an_answer(data, block_size):
             self._counted = data.answer_tokens
         self.probe_ids = self._probe_ids(probe_text)
 
@@ -516,36 +423,12 @@ class Trainer:
         to validation questions, one line each."""
         rng = torch.Generator(device=self.device).manual_seed(self.config.seed + self.step)
         if self._counted is not None:
-            return self._answers_sample(rng)
+            head = self.val_data[: self.config.sample_tokens * 2].tolist()  # enough for a few lines
+            return answer_questions(self.model, self.tokenizer, head, self.answer_tokens, self.config.sample_tokens,
+                                    generator=rng)
         prompt = torch.tensor([self.probe_ids[:1]], device=self.device)
         ids = generate(self.model, prompt, self.config.sample_tokens, generator=rng)
         return self.tokenizer.decode(ids[0].tolist())
-
-    def _answers_sample(self, rng: torch.Generator) -> str:
-        """Validation lines' questions, each followed by what the model writes up to its newline."""
-        separator, newline = self.answer_tokens
-        block_size = self.model.config.block_size
-        head = self.val_data[: self.config.sample_tokens * 2].tolist()  # enough for a few lines
-        lines, written = [], 0
-        starts = [i + 1 for i, token in enumerate(head) if token == newline]
-        for start, end in zip(starts, starts[1:]):
-            # the newline before the line, then the line with its own: trained windows hold the line's
-            # start, and the copy heads find the question by it
-            line = head[start - 1:end]
-            if written >= self.config.sample_tokens:
-                break
-            if separator not in line:
-                continue
-            question = line[: line.index(separator) + 1]
-            answer_length = min(len(line) - len(question), block_size - len(question))
-            if answer_length < 1:
-                continue
-            prompt = torch.tensor([question], device=self.device)
-            answer = generate(self.model, prompt, answer_length, generator=rng)[0, len(question):].tolist()
-            answer = answer[: answer.index(newline)] if newline in answer else answer  # the line ends there
-            lines.append(self.tokenizer.decode(question[1:] + answer))
-            written += len(question) + len(answer)
-        return "\n".join(lines)
 
     def probe_attention(self) -> list[torch.Tensor]:
         """Per layer (H, T, T) attention of the probe prompt; none for stages without attention."""
@@ -574,24 +457,3 @@ class Trainer:
         return max(0, until - self.step) * per_step
 
 
-def _every_window_has_an_answer(data: TokenData, block_size: int) -> bool:
-    """Whether the data has answers and every context window `get_batch` can draw counts one (a
-    window with none would have no loss to learn from); otherwise `answers_only` counts every target.
-
-    `answer_mask` counts a line's answer from its separator on when the newline before the line is
-    in the window too. So the window starting at s counts one exactly when the first line whose
-    newline is at or after s has its separator inside the window, before s + block_size (later
-    lines have later separators). One search per split, no loop over windows.
-    """
-    if data.answer_tokens is None:
-        return False
-    separator, newline = data.answer_tokens
-    for ids in (data.train, data.val):
-        newlines, separators = (ids == newline).nonzero().flatten(), (ids == separator).nonzero().flatten()
-        before = torch.searchsorted(newlines, separators) - 1  # the newline before each separator's line
-        line_newlines, separators = newlines[before[before >= 0]], separators[before >= 0]
-        starts = torch.arange(len(ids) - block_size)  # every window get_batch can draw
-        first = torch.searchsorted(line_newlines, starts)  # each window's first line with its newline
-        if (first == len(line_newlines)).any() or (separators[first] - starts >= block_size).any():
-            return False
-    return True

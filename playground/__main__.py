@@ -3,6 +3,8 @@
 Starts the app on this machine only (127.0.0.1) at the first free port from 7860 and prints
 its URL. `--host 0.0.0.0` serves a workshop's network; `--no-caps` lifts the model-size caps
 for one person on a laptop; `--share` asks Gradio for a public link (off unless asked).
+
+Never imports a tab: the app assembles them.
 """
 
 from __future__ import annotations

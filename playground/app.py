@@ -6,6 +6,9 @@
     build_app(settings).launch(**launch_kwargs(settings))
 
 Each tab is a module in `playground.tabs` with `build(ctx: AppContext) -> None`.
+
+Imports every tab: the app is the top of the house (only `__main__`, the Space's `app.py` and tests
+import it). Never imports core's model, training or analysis: the tabs use core; the app assembles them.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ Shared components:
 - `demo`: the `gr.Blocks` being built, e.g. for `ctx.demo.load(fn, inputs, outputs)`.
 - `tabs`: the `gr.Tabs`, so a button can switch tab (`gr.Tabs(selected="attention")`); tab ids are
   "train", "generate", "attention", "ladder", "baby".
+
+Never imports a tab: tabs receive the context, the context knows no tab.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@
 - Anything else is a server bug: its traceback is logged, and the user gets a message saying so
   (never an empty error); the session's model is untouched, since handlers only replace it once
   a new one is complete.
+
+Never imports core, the sessions or a tab: it wraps whatever handlers it is given.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ Policy (a flood of cheap calls must not push out anybody's model):
   trimmed so the process's RSS falls back too.
 
 Each tab owns its own `Session` fields and only reads the others (see the class).
+
+Never imports a tab, the context or a figure: the tabs keep their state here, not the other way round.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class TrainedModel:
     corpus_name: str  # what it was trained on, for display
     history: list[dict] = field(default_factory=list)  # step/train_loss/val_loss/lr rows
     trainer: Any = None  # core.train.Trainer | None: keeps the optimizer, so Train continues
-    train_config: Any = None  # core.train.TrainConfig | None of the last run
+    train_config: Any = None  # core.config.TrainConfig | None of the last run
     resume_state: dict | None = None  # an uploaded checkpoint's training state, for the next Train
     movie: Any = None  # core.movie.AttentionMovie | None: its attention over training, continued by Train
     run: int = 0  # its number among the session's runs (core.runs.RunLog), to compare; 0: not a run yet

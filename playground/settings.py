@@ -10,6 +10,8 @@ also be set by an environment variable named `PLAYGROUND_<FIELD>` in upper case,
     settings.cap_hint("max_layers")            # how a user lifts that cap, for error messages
 
 Handlers enforce the caps through `playground.validate`, whose messages name the cap.
+
+Never imports gradio, torch or a tab: settings are plain values, read before anything is built.
 """
 
 from __future__ import annotations

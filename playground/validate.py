@@ -8,6 +8,8 @@ NaN, 1e9 or a string). Each check returns the clean value or raises gr.Error nam
 
     with validate.user_errors():     # core's ValueError/DataError/CheckpointError -> gr.Error
         data = TokenData.from_text(text, tokenizer, block_size)
+
+Never imports core's model or a tab: the checks take plain values and name the field.
 """
 
 from __future__ import annotations

@@ -223,7 +223,7 @@ def test_the_parameter_count_adds_up_to_its_total(trained):
 
 
 def test_the_form_is_declared_once(train):
-    from playground.tabs.train import FORM_FIELDS
+    from playground.tabs.train.form import FORM_FIELDS
 
     assert tuple(FORM) == FORM_FIELDS  # the API's keywords, in order
     for handler in (train.train, train.train_new, train.preview):
@@ -424,7 +424,7 @@ def test_the_preset_description_follows_the_corpus(train):
 
 
 def test_the_heads_slider_follows_the_stage():
-    from playground.tabs.train import _heads_for_stage
+    from playground.tabs.train.form import heads_for_stage as _heads_for_stage
 
     assert _heads_for_stage("one_head")["value"] == 1 and _heads_for_stage("one_head")["interactive"] is False
     assert _heads_for_stage("bigram")["interactive"] is False and "value" not in _heads_for_stage("bigram")
@@ -432,7 +432,7 @@ def test_the_heads_slider_follows_the_stage():
 
 
 def test_the_layers_slider_follows_the_stage(train):
-    from playground.tabs.train import _layers_for_stage
+    from playground.tabs.train.form import layers_for_stage as _layers_for_stage
 
     early = _layers_for_stage("feed_forward")
     assert early["interactive"] is False and "1 layer" in early["info"] and "value" not in early

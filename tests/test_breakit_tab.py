@@ -9,8 +9,8 @@ import torch
 
 from conftest import plotted
 from core.movie import SCORED, AttentionMovie, induction_onset
-from playground.tabs import train as train_tab
-from playground.tabs.train import BREAK_IT, TrainForm
+from playground.tabs.train import replay as train_tab
+from playground.tabs.train.form import BREAK_IT, TrainForm
 from test_app_handlers import FORM, ctx, run_train, train  # noqa: F401 (ctx and train are fixtures)
 from test_movie import PROBE, uniform, with_induction_head
 
@@ -174,7 +174,7 @@ def test_play_steps_through_the_snapshots_and_pauses_at_the_end(train, ctx):
 def test_a_shared_link_carries_a_switch(train):
     from urllib.parse import parse_qsl, urlsplit
 
-    from playground import share
+    from playground.tabs.train import link as share
 
     values = {**share.preset_values(train, "repeat"), "causal": False}
     address = share.link("http://host/", values, share.View(), train)

@@ -10,8 +10,8 @@ import torch
 from conftest import plotted
 from core.config import GPTConfig
 from core.runs import COMPARED, CURVE_POINTS, RUNS_KEPT, RunLog, RunRecord, varying_fields
-from core.train import TrainConfig
-from playground.tabs.compare import CompareHandlers
+from core.config import TrainConfig
+from playground.tabs.train.compare import CompareHandlers
 from test_app_handlers import FORM, ctx, run_train, train  # noqa: F401 (ctx and train are fixtures)
 
 

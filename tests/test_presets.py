@@ -9,7 +9,8 @@ from core.config import GPTConfig
 from core.data import CORPORA, TokenData
 from core.model import GPT
 from core.presets import PRESETS, get_preset, preset_configs, preset_corpus
-from core.train import TrainConfig, Trainer
+from core.config import TrainConfig
+from core.train import Trainer
 
 
 def test_the_required_presets_exist():

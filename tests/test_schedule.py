@@ -11,7 +11,8 @@ from core.data import TokenData
 from core.model import GPT
 from core.schedule import FairShare, default_slots
 from core.tokenizers import CharTokenizer
-from core.train import TrainConfig, Trainer
+from core.config import TrainConfig
+from core.train import Trainer
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 40
 

@@ -1,4 +1,4 @@
-"""The teacher's link (playground/share.py): a query sets up the form by the form's own rules, ignores
+"""The teacher's link (playground/tabs/train/link.py): a query sets up the form by the form's own rules, ignores
 and names what is unknown or invalid, and the link made from a form opens as that same form."""
 
 from urllib.parse import parse_qsl, urlsplit
@@ -7,11 +7,12 @@ import gradio as gr
 import pytest
 
 from core.presets import PRESETS
-from playground import share
+from playground.tabs.train import link as share
 from playground.context import AppContext
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
-from playground.tabs.train import FORM_FIELDS, TrainHandlers
+from playground.tabs.train import TrainHandlers
+from playground.tabs.train.form import FORM_FIELDS
 
 BASE = "http://192.168.1.20:7860/"
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import SCREENSHOTS
 
 from core.presets import PRESETS
-from playground import share
+from playground.tabs.train import link as share
 from test_browser import assert_no_errors
 from test_train_browser import browser_session, new_page, wait_for
 

@@ -12,7 +12,9 @@ from core.data import TokenData, answer_mask, get_batch, induction_corpus, repea
 from core.model import GPT
 from core.optim import learning_rate_at
 from core.tokenizers import CharTokenizer
-from core.train import TrainConfig, Trainer, _every_window_has_an_answer
+from core.data import every_window_has_an_answer as _every_window_has_an_answer
+from core.config import TrainConfig
+from core.train import Trainer
 
 TEXT = repeat_corpus(n_lines=300)
 TOKENIZER = CharTokenizer.from_text(TEXT)

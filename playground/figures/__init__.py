@@ -1,4 +1,7 @@
-"""Plotly figure builders: pure functions from numbers and labels to `go.Figure` (no Gradio)."""
+"""Plotly figure builders: pure functions from numbers and labels to `go.Figure` (no Gradio).
+
+Never imports a tab, the sessions or core's training: figures draw the numbers they are given.
+"""
 
 import plotly.graph_objects as go
 

@@ -3,6 +3,8 @@
 Figures only draw; the numbers (maps, pooling, summaries) come from `core.attention`.
 Every figure stays under 2 MB of JSON, even for 12 layers x 12 heads x 256 tokens: the grid
 pools maps to fit a fixed JSON budget and says so in its title.
+
+Never imports a tab, the sessions or gradio: figures draw the numbers they are given.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ circle shapes, not pixel-sized markers, so edges end at their rims at every widt
 labels sit beside their edges near the source state, never in a pile at the centre; crowded
 graphs label only their likely edges; nothing sits beside the graph, where a phone has no room.
 All numbers come from `core.babygpt`; this module only places and paints them.
+
+Never imports a tab, the sessions or gradio: figures draw the numbers they are given.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Figures of kept runs side by side (the Train tab's Compare runs): their loss curves overlaid and
-the final attention of one layer of each, a row per run. The records come from `core.runs`."""
+the final attention of one layer of each, a row per run. The records come from `core.runs`.
+
+Never imports a tab, the sessions or gradio: figures draw the numbers they are given.
+"""
 
 from __future__ import annotations
 

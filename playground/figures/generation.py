@@ -1,4 +1,7 @@
-"""Figures of generated text: what the model considered at one token."""
+"""Figures of generated text: what the model considered at one token.
+
+Never imports a tab, the sessions or gradio: figures draw the numbers they are given.
+"""
 
 from __future__ import annotations
 

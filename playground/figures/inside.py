@@ -4,6 +4,8 @@ much each head matters (the loss when it alone is switched off), and the logit l
 Figures only draw; every number comes from `core.interventions` (HeadSteps, head_importance,
 LogitLens). Cells show numbers rounded; hover shows them as the model holds them: 9 significant
 digits are a float32 exactly.
+
+Never imports a tab, the sessions or gradio: figures draw the numbers they are given.
 """
 
 from __future__ import annotations

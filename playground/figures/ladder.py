@@ -1,4 +1,8 @@
-"""Figures of the seeds' ladder: every rung's validation curve, overlaid, beside the lecture's figures."""
+"""Figures of the seeds' ladder: every rung's validation curve, overlaid, beside the lecture's figures.
+
+Never imports a tab, the sessions or core's training: figures draw the numbers they are given
+(as Plotly JSON ready for gr.Plot).
+"""
 
 from __future__ import annotations
 

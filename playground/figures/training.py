@@ -1,4 +1,8 @@
-"""Figures of a training run: the live loss chart, and the heads' pattern scores over training."""
+"""Figures of a training run: the live loss chart, the heads' pattern scores over training, and a
+note in place of a figure, as Plotly JSON ready for gr.Plot (a stream sends them many times).
+
+Draws only. Never imports core's training or a tab: the numbers come in as plain rows and tensors.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ import math
 import plotly.graph_objects as go
 import torch
 from gradio.components.plot import PlotData
+
+from playground.figures import note_figure
 
 MAX_POINTS = 600  # per line: a long run stays a small payload at several updates a second
 TRAIN_COLOR = "#6366f1"
@@ -127,3 +133,9 @@ def head_scores_figure(curves: dict[str, tuple[list[int], torch.Tensor] | None],
                       uirevision="head-scores")
     fig.update_annotations(font_size=11)
     return fig
+
+
+@functools.lru_cache(maxsize=8)
+def note_plot(text: str) -> PlotData:
+    """`note_figure` serialised once, for a stream that sends it with every update."""
+    return PlotData(type="plotly", plot=note_figure(text).to_json())

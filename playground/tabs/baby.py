@@ -6,6 +6,8 @@ Train (api `/baby_gpt_train`) runs under the session's job lock and keeps every 
 in `session.baby`; scrubbing (`/baby_gpt_scrub`), temperature (`/baby_gpt_temperature`) and walks
 (`/baby_gpt_walk`) only redraw from those snapshots, so they are cheap and never wait behind
 training. Before the first training they show the untrained default model.
+
+Never imports another tab.
 """
 
 from __future__ import annotations

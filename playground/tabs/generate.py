@@ -8,6 +8,8 @@ yet, characters it has never seen, a prompt longer than its context, a job alrea
 answered in the status with a warning toast, and the previous output stays as it was. Every event
 of the tab runs with show_progress="hidden", so even a raised gr.Error (a field out of range) is a
 toast only, never an "Error" badge over the tokens.
+
+Never imports another tab.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ Climb (api `/ladder`) runs under the session's job lock, as a training (it share
 concurrency id, limit and turns), and keeps its `core.ladder.Ladder` in `session.ladder`; Stop
 (`/ladder_stop`) ends the rung in training after its current step. Tiny Shakespeare is read once
 per process and its tokens are shared, read-only, by every session's ladder.
+
+Never imports another tab: the pacing it shares with the Train tab is `playground.pacing`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
 from playground.figures.ladder import ladder_figure
-from playground.tabs.train import FULL_RATE_PER_SLOT, STOP_WAIT_S, UI_INTERVAL_S, _duration
+from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
 
 MIN_STEPS, MAX_STEPS, DEFAULT_STEPS, STEP_SIZE = 100, 10_000, 3000, 100
 DEFAULT_SEED = 1337
@@ -115,7 +117,7 @@ class LadderHandlers:
             started, last_ui = time.monotonic(), 0.0
             for event in ladder.climb():
                 now, sharing = time.monotonic(), share.members
-                slower = max(1.0, sharing / (FULL_RATE_PER_SLOT * share.slots))  # as the Train tab: crowds refresh less
+                slower = slowdown(sharing, share.slots)  # as the Train tab: crowds refresh less
                 if event.rung is None and now - last_ui < UI_INTERVAL_S * slower:
                     continue
                 last_ui = now
@@ -198,7 +200,7 @@ def _status(event: LadderEvent, sharing: int) -> str:
     if event.rung is not None:
         status = f"{where} {'stopped' if event.rung.stopped else 'done'}, validation loss {event.rung.val_loss:.3f}."
     else:
-        status = f"{where}, step {step.step:,} / {step.max_iters:,}, about {_duration(step.eta)} left on this rung."
+        status = f"{where}, step {step.step:,} / {step.max_iters:,}, about {duration(step.eta)} left on this rung."
     if sharing > 1:
         status += f" {sharing} trainings share this server, taking turns step by step."
     return status
@@ -209,7 +211,7 @@ def _ended_status(ladder: Ladder, seconds: float | None = None) -> str:
     rungs, total = ladder.rungs, len(ladder.stages)
     finished = [rung for rung in rungs if not rung.stopped]
     if len(finished) == total:
-        took = "" if seconds is None else f" in {_duration(seconds)}"
+        took = "" if seconds is None else f" in {duration(seconds)}"
         return (f"Climbed all {total} rungs ({ladder.steps:,} steps each){took}: validation loss "
                 f"{finished[0].val_loss:.3f} → {finished[-1].val_loss:.3f}. The table sets each beside the "
                 "lecture's.")

@@ -38,7 +38,8 @@ from core.config import GPTConfig  # noqa: E402
 from core.data import TokenData, corpus_text  # noqa: E402
 from core.model import GPT  # noqa: E402
 from core.tokenizers import CharTokenizer, GPT2Tokenizer  # noqa: E402
-from core.train import TrainConfig, Trainer  # noqa: E402
+from core.config import TrainConfig  # noqa: E402
+from core.train import Trainer  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.test_hostile import GENERATE, TINY, Hostile  # noqa: E402
 

@@ -7,7 +7,7 @@
 - `hide=` and `lock=` name groups of fields (`GROUPS`, one per accordion of the form), separated by
   commas: a hidden group's accordion is not shown; a locked group's fields, and the controls that
   would fill them (the preset, a checkpoint upload), cannot be changed in the page.
-- Every value is checked by the form's own rules (`TrainHandlers.recipe`); whatever is unknown or
+- Every value is checked by the form's own rules (`FormRules.recipe`); whatever is unknown or
   invalid is ignored and named in one note on the page.
 
 **Share this setup** makes the link from the form: the preset, the seed, the fields that differ from
@@ -16,6 +16,9 @@ the preset's own, and the page's hidden and locked groups. Training is determini
 
 A lock is a classroom convenience, not security: the API takes any form, and a learner can edit the
 link. Whatever the page locks, the handlers check everything that reaches the server.
+
+Reads forms with the form's own rules (`form`). Never imports the run, the replay, the checkpoints
+or the layout: the layout wires the link, and the link knows only the form.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import gradio as gr
 from core.presets import PRESETS, get_preset
 from playground import validate
 from playground.context import AppContext
-from playground.tabs.train import DEFAULT_PRESET, FORM_FIELDS, PASTE, UPLOAD, TrainForm, TrainHandlers
+from playground.tabs.train.form import DEFAULT_PRESET, FORM_FIELDS, PASTE, UPLOAD, FormRules, TrainForm
 
 # The form's groups, one per accordion of the Train tab, by its title (`wire` checks the layout).
 # The preset sits above them all.
@@ -50,9 +53,8 @@ MAX_QUERY_CHARS = 2000  # of a link's query, decoded; every field and group in o
 SHOWN_CHARS = 40  # of a key or value echoed in the note
 # The page's own address, as the browser sees it: right behind a proxy, unlike the Host header.
 PAGE_ADDRESS = "window.location.origin + window.location.pathname"
-
 if sorted(name for fields in GROUPS.values() for name in fields) != sorted(set(FORM_FIELDS) - {"preset"}):
-    raise RuntimeError("share.GROUPS must hold every field of TrainForm but the preset, once")
+    raise RuntimeError("link.GROUPS must hold every field of TrainForm but the preset, once")
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,7 @@ class Setup:
     ignored: tuple[str, ...]
 
 
-# ------------------------------------------------------------------ link -> form -> link
-
-
-def parse(query: Iterable[tuple[str, str]], handlers: TrainHandlers) -> Setup:
+def parse(query: Iterable[tuple[str, str]], handlers: FormRules) -> Setup:
     """The setup a link's query (its decoded key, value pairs) asks for; whatever the query holds,
     it raises nothing."""
     query = list(query)
@@ -121,7 +120,7 @@ def parse(query: Iterable[tuple[str, str]], handlers: TrainHandlers) -> Setup:
     return Setup(values, tuple(applied), View(tuple(views["hide"]), tuple(views["lock"])), tuple(ignored))
 
 
-def link(base: str, values: dict[str, Any], view: View, handlers: TrainHandlers) -> str:
+def link(base: str, values: dict[str, Any], view: View, handlers: FormRules) -> str:
     """The address that opens `base` with this form and view: the preset, the seed, and the fields
     that differ from the preset's own. Raises gr.Error (naming the field) if the form is invalid."""
     base = validate.text(base, "The page's address", MAX_QUERY_CHARS)
@@ -136,14 +135,14 @@ def link(base: str, values: dict[str, Any], view: View, handlers: TrainHandlers)
     return f"{base}?{urlencode(query, safe=',')}"
 
 
-def preset_values(handlers: TrainHandlers, preset: Any) -> dict[str, Any]:
+def preset_values(handlers: FormRules, preset: Any) -> dict[str, Any]:
     """The whole form as picking `preset` fills it (gr.Error for an unknown preset)."""
     filled = handlers.apply_preset(preset)
     return dataclasses.asdict(TrainForm(preset=preset, **{k: v for k, v in filled.items() if k in FORM_FIELDS}))
 
 
-def check(handlers: TrainHandlers, values: dict[str, Any]) -> None:
-    """The form's own checks (`TrainHandlers.recipe`), raising gr.Error. Pasted or uploaded text comes
+def check(handlers: FormRules, values: dict[str, Any]) -> None:
+    """The form's own checks (`FormRules.recipe`), raising gr.Error. Pasted or uploaded text comes
     after the link, so a paste or upload corpus is checked with the preset's corpus in its place."""
     form = TrainForm(**{name: values[name] for name in FORM_FIELDS if name in values})
     if form.corpus in (PASTE, UPLOAD):
@@ -168,9 +167,6 @@ def _text(value: Any) -> str:
         return value
     number = float(value)
     return str(int(number)) if number.is_integer() else repr(number)
-
-
-# ------------------------------------------------------------------ the note on the page
 
 
 def note(setup: Setup) -> str:
@@ -206,9 +202,6 @@ def _escaped(text: str) -> str:
     return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)  # a backslash before each ASCII punctuation mark
 
 
-# ------------------------------------------------------------------ events
-
-
 def keeping_locks(update: Callable[[Any], dict], field: str) -> Callable[[Any, View], dict]:
     """`update(value)`, a gr.update of the form's `field`, as a handler of (value, view) that leaves
     the field locked where the page's link locked it (a stage unlocks the Heads slider)."""
@@ -219,7 +212,7 @@ def keeping_locks(update: Callable[[Any], dict], field: str) -> Callable[[Any, V
     return handler
 
 
-def wire(ctx: AppContext, handlers: TrainHandlers, form: dict[str, gr.Component], groups: dict[str, gr.Accordion], *,
+def wire(ctx: AppContext, handlers: FormRules, form: dict[str, gr.Component], groups: dict[str, gr.Accordion], *,
          view: gr.State, note_box: gr.Markdown, preset_info: gr.Markdown, button: gr.Button, link_box: gr.Textbox,
          writers: list[tuple[gr.Component, list[gr.Component]]]) -> None:
     """Open the page's link when it loads, and make one on `button`. `writers` are the controls that
@@ -258,7 +251,7 @@ def wire(ctx: AppContext, handlers: TrainHandlers, form: dict[str, gr.Component]
                  js=f"(...args) => [...args.slice(0, {len(inputs) - 1}), {PAGE_ADDRESS}]")
 
 
-def _preset_info(handlers: TrainHandlers, values: dict[str, Any]) -> str:
+def _preset_info(handlers: FormRules, values: dict[str, Any]) -> str:
     """The preset's description (with its caps note), or what the form trains on another corpus."""
     preset, corpus = values["preset"], values["corpus"]
     if corpus == get_preset(preset).corpus:
@@ -269,12 +262,12 @@ def _preset_info(handlers: TrainHandlers, values: dict[str, Any]) -> str:
 def _check_layout(form: dict[str, gr.Component], groups: dict[str, gr.Accordion]) -> None:
     """GROUPS names the accordions and the fields inside each, as the tab lays them out."""
     if set(groups) != set(GROUPS):
-        raise RuntimeError(f"the Train tab's accordions {sorted(groups)} do not match share.GROUPS {sorted(GROUPS)}")
+        raise RuntimeError(f"the Train tab's accordions {sorted(groups)} do not match link.GROUPS {sorted(GROUPS)}")
     for group, fields in GROUPS.items():
         inside = set(_descendants(groups[group]))
         found = {name for name, component in form.items() if component in inside}
         if found != set(fields):
-            raise RuntimeError(f"share.GROUPS[{group!r}] does not match its accordion: {sorted(found ^ set(fields))}")
+            raise RuntimeError(f"link.GROUPS[{group!r}] does not match its accordion: {sorted(found ^ set(fields))}")
 
 
 def _descendants(block: gr.blocks.Block) -> Iterator[gr.blocks.Block]:

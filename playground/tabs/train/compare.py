@@ -4,6 +4,8 @@ overlaid, the attention of one layer of each at its last step, and a table of wh
 
 The Train tab records a run when its training ends (`record`); a new model is a new run, Train on the
 same model updates its run. `/compare_runs` returns the kept runs as JSON, their maps included.
+
+Never imports another module of the Train tab: the run calls `record`, the layout calls `build`.
 """
 
 from __future__ import annotations

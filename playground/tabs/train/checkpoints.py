@@ -1,0 +1,83 @@
+"""Checkpoints on the Train tab: the session's model as a .zip to download (with the training state
+while it fits the upload cap, so Train continues exactly), and an uploaded .zip as the session's model.
+
+The caps are checked on an upload's config before a byte of its weights is read (`core.checkpoint`).
+`CheckpointHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `registry` and the
+session's download folder.
+Never imports the layout or the link.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import gradio as gr
+
+from core.checkpoint import load as load_checkpoint_file
+from core.checkpoint import load_trainer_state, save_archive
+from core.config import stage_of
+from playground import validate
+from playground.figures import note_figure
+from playground.figures.training import loss_figure
+from playground.sessions import TrainedModel, model_title
+from playground.tabs.train.form import MODEL_FIELDS, FormRules, switches, upload_path
+from playground.tabs.train.replay import NO_MOVIE, NO_REPLAY, NO_SCORES
+from playground.tabs.train.run import describe
+
+
+class CheckpointHandlers(FormRules):
+    """Prepare download (.zip) and the upload of a checkpoint."""
+
+    def save_checkpoint(self, request: gr.Request) -> str:
+        """The session's model as a .zip checkpoint to download."""
+        with self.registry.job(request, "saving a checkpoint") as session:
+            trained = session.trained
+            if trained is None:
+                raise gr.Error("There is no model to save yet: train one first.")
+            meta = {
+                "corpus": trained.corpus_name, "steps": trained.step, "history": trained.history,
+                "train_config": trained.train_config.to_dict() if trained.train_config else None,
+            }
+            folder = self._folder(session)
+            shutil.rmtree(folder, ignore_errors=True)  # only the latest checkpoint of a session is kept
+            with validate.user_errors():
+                return str(save_archive(folder / f"gpt-step{trained.step}.zip", trained.model, trained.tokenizer,
+                                        meta, trainer_state=self._downloadable_state(trained)))
+
+    def _downloadable_state(self, trained: TrainedModel) -> dict | None:
+        """The training state, if the download can still be uploaded here with it: weights plus
+        AdamW's two moments are about 12 bytes a parameter."""
+        if 12 * trained.model.parameter_counts()["total"] > 0.9 * self.settings.max_upload_bytes:
+            return None
+        return trained.training_state()
+
+    def load_checkpoint(self, upload, request: gr.Request) -> dict[str, Any]:
+        """Replace the session's model with an uploaded checkpoint; the status, chart and form fields
+        that change, by name."""
+        if not upload:
+            raise gr.Error("Choose a checkpoint .zip to upload.")
+        path = upload_path(upload)
+        with self.registry.job(request, "loading a checkpoint") as session:
+            with validate.user_errors():
+                # The caps are checked on the checkpoint's config before a byte of weights is read,
+                # and every member is read with a bound that config implies.
+                model, tokenizer, meta = load_checkpoint_file(path, check_config=self.check_caps)
+                resume_state = load_trainer_state(path, config=model.config, max_history=self.settings.max_iters)
+            history = meta.get("history", [])
+            self.registry.claim_model(session)
+            session.trained = TrainedModel(model.train(), tokenizer, meta.get("corpus") or "an uploaded checkpoint",
+                                           history, resume_state=resume_state)
+            session.pretrained = None  # Generate and Attention follow the model just loaded, not GPT-2
+            session.last_text, session.last_steps = "", []
+        config = model.config
+        status = (f"Loaded {model_title(config)} ({model.parameter_counts()['total']:,} parameters, "
+                  f"step {session.trained.step}). Generate with it, inspect it, or pick its corpus and press Train to continue.")
+        return {
+            "status": status, "loss_plot": loss_figure(history), "model_changed": describe(session),
+            # the movie and scores were the old model's: the upload has none until Train records one
+            "movie_note": NO_MOVIE, "movie_plot": note_figure(NO_REPLAY), "head_scores": note_figure(NO_SCORES),
+            "tokenizer": tokenizer.spec()["kind"], "stage": stage_of(config) or "gpt",
+            **{name: getattr(config, name) for name in MODEL_FIELDS},
+            **switches(config.to_dict(), stage_of(config)),  # a bigram's switches stay on: its stage has none
+        }

@@ -1,0 +1,297 @@
+"""The Train tab's form, declared once, and the rules that read it.
+
+- `TrainForm`: one field per input, in the API's order. The tab registers a component under each
+  field's name, `takes_the_form` turns a method of the form into a Gradio handler whose parameters
+  are those fields, and presets, checkpoints and the teacher's link fill the form by field name.
+- `FormRules`: the checks that read a form into a `Recipe` (what to train, on what, and how), the
+  presets' forms, the preset's description, and the server's caps on a model's size.
+
+The tab's handlers (`TrainHandlers`) are `FormRules`; the teacher's link (`link`) reads forms with
+the same rules, so a link can set nothing the form would refuse.
+
+Imports core, the app's settings and checks. Never imports another module of this tab: the run,
+the replay, the checkpoints, the link and the layout all build on this one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+import torch
+
+from core.config import STAGES, GPTConfig, stage_of
+from core.data import CORPORA, check_user_text, read_text_file
+from core.model import GPT
+from core.presets import PRESETS, get_preset, preset_configs
+from playground import validate
+from playground.settings import Settings
+
+DEFAULT_PRESET = "repeat"  # offline, about ten seconds on one core, and a clear falling curve
+PASTE, UPLOAD = "paste", "upload"
+CORPUS_CHOICES = [(info.title, name) for name, info in CORPORA.items()] + [
+    ("Paste your own text", PASTE), ("Upload a .txt file", UPLOAD),
+]
+TOKENIZER_CHOICES = [("Characters", "char"), ("GPT-2 BPE (50,257 tokens)", "gpt2")]
+STAGE_CHOICES = [(f"{i + 1}. {stage.title}: {stage.description}", name) for i, (name, stage) in enumerate(STAGES.items())]
+SAMPLE_TOKENS = 120  # the live sample's length (the run decides when to draw one)
+# Break-it switches, GPTConfig fields: each removes something attention needs. (label, what to expect when off)
+BREAK_IT = {
+    "causal": ("Causal mask", "Off: every token also sees the future. The training loss collapses toward 0 while "
+                              "generation is garbage: at generation time there is no future to copy."),
+    "scale_attention": ("Scale by √d", "Off: scores are not divided by √(head size), so the softmax saturates: "
+                                       "one key takes all the weight. Watch the maps go hard; Compare runs shows "
+                                       "their entropy fall against a run with it on."),
+    "use_position_embedding": ("Position embeddings", "Off: no token knows where it sits. One layer reads a bag of "
+                                                      "tokens; deeper, only the causal mask leaks some order. On "
+                                                      "the copy task it struggles to tell which letter comes next."),
+}
+# The model fields the tab controls; a trained model continues only if these still match.
+MODEL_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "dropout", *BREAK_IT)
+
+
+@dataclass(frozen=True)
+class TrainForm:
+    """The Train tab's form as it arrives: one field per input, in the API's order, raw (any JSON a
+    request carries; `FormRules.recipe` checks it).
+
+    Declared once: the tab registers a component under each field's name, the handlers that take
+    the form get these fields as their parameters (`takes_the_form`, which also names the API's
+    keywords), and presets and checkpoints fill the form by field name.
+    """
+
+    preset: Any = DEFAULT_PRESET
+    corpus: Any = DEFAULT_PRESET
+    tokenizer: Any = "char"
+    stage: Any = "gpt"
+    n_layer: Any = None
+    n_head: Any = None
+    n_embd: Any = None
+    block_size: Any = None
+    dropout: Any = 0.0
+    causal: Any = True
+    scale_attention: Any = True
+    use_position_embedding: Any = True
+    steps: Any = None
+    batch_size: Any = None
+    learning_rate: Any = None
+    seed: Any = 1337
+    warmup: Any = 0
+    eval_interval: Any = 100
+    weight_decay: Any = 0.1
+    grad_clip: Any = 1.0
+    text: Any = ""
+    upload: Any = None
+
+
+FORM_FIELDS = tuple(field.name for field in dataclasses.fields(TrainForm))
+
+
+def takes_the_form(method: Callable) -> Callable:
+    """`method(self, form: TrainForm, request)` as a Gradio handler whose parameters are the form's
+    fields, one per input component (Gradio passes inputs positionally and names the API's keywords
+    after the parameters), then `request`."""
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    parameters += [inspect.Parameter(field.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=field.default)
+                   for field in dataclasses.fields(TrainForm)]
+    parameters.append(inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                                        annotation=gr.Request))
+    signature = inspect.Signature(parameters)  # a bound method shows it without `self`
+
+    def split(args: tuple, kwargs: dict) -> tuple:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = bound.arguments
+        return values["self"], TrainForm(**{name: values[name] for name in FORM_FIELDS}), values["request"]
+    if inspect.isgeneratorfunction(method):
+        def handler(*args, **kwargs):
+            self, form, request = split(args, kwargs)
+            yield from method(self, form, request)
+    else:
+        def handler(*args, **kwargs):
+            self, form, request = split(args, kwargs)
+            return method(self, form, request)
+    handler.__name__, handler.__qualname__, handler.__doc__ = method.__name__, method.__qualname__, method.__doc__
+    handler.__signature__ = signature
+    handler.__annotations__ = {"request": gr.Request}  # Gradio finds the request by this annotation
+    return handler
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The tab's inputs after validation: what to train, on what, and how."""
+
+    preset: str
+    corpus: str
+    text: str | None  # pasted or uploaded text; None for a built-in corpus
+    tokenizer: str
+    stage: str
+    model: dict  # MODEL_FIELDS
+    train: dict  # TrainConfig overrides
+
+    def configs(self, vocab_size: int):
+        """(GPTConfig, TrainConfig) from the preset, overridden by this recipe."""
+        with validate.user_errors():
+            # A stage's options win over the sliders (the one-head stage forces n_head=1); a break-it
+            # switch turns a part off on top of the stage, never on where the stage leaves it out.
+            options = {**self.model, **STAGES[self.stage].options, **self.train}
+            options.update({name: options[name] and self.model[name] for name in BREAK_IT})
+            return preset_configs(self.preset, vocab_size, **options)
+
+    @property
+    def corpus_title(self) -> str:
+        return CORPORA[self.corpus].title if self.corpus in CORPORA else ("your text" if self.corpus == PASTE else "your file")
+
+
+class FormRules:
+    """How the form is read: every check a request's values pass, the presets' forms and the caps."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def recipe(self, form: TrainForm) -> Recipe:
+        """Check every input (the browser is no guarantee) and read pasted or uploaded text."""
+        s, f = self.settings, form
+        preset = validate.choice(f.preset, "Preset", PRESETS)
+        corpus = validate.choice(f.corpus, "Corpus", [name for _, name in CORPUS_CHOICES])
+        tokenizer = validate.choice(f.tokenizer, "Tokenizer", [name for _, name in TOKENIZER_CHOICES])
+        stage = validate.choice(f.stage, "Stage", STAGES)
+        model = dict(
+            n_layer=validate.integer(f.n_layer, "Layers", 1, s.max_layers, cap=s.cap_hint("max_layers")),
+            n_head=validate.integer(f.n_head, "Heads", 1, s.max_heads, cap=s.cap_hint("max_heads")),
+            n_embd=validate.integer(f.n_embd, "Embedding size", 1, s.max_embd, cap=s.cap_hint("max_embd")),
+            block_size=validate.integer(f.block_size, "Block size", 1, s.max_block_size,
+                                        cap=s.cap_hint("max_block_size")),
+            dropout=validate.number(f.dropout, "Dropout", 0.0, 0.9),
+            **{name: _switch(getattr(f, name), label) for name, (label, _) in BREAK_IT.items()},
+        )
+        steps = validate.integer(f.steps, "Steps", 1, s.max_iters, cap=s.cap_hint("max_iters"))
+        train = dict(
+            max_iters=steps,
+            lr_decay_iters=steps,
+            batch_size=validate.integer(f.batch_size, "Batch size", 1, s.max_batch_size,
+                                        cap=s.cap_hint("max_batch_size")),
+            learning_rate=validate.number(f.learning_rate, "Learning rate", 1e-6, 1.0),
+            seed=validate.integer(f.seed, "Seed", 0, 2**31 - 1),
+            warmup_iters=validate.integer(f.warmup, "Warmup steps", 0, s.max_iters),
+            eval_interval=validate.integer(f.eval_interval, "Evaluate every", 1, s.max_iters),
+            weight_decay=validate.number(f.weight_decay, "Weight decay", 0.0, 1.0),
+            grad_clip=validate.number(f.grad_clip, "Gradient clip", 0.0, 100.0),
+            sample_tokens=SAMPLE_TOKENS,  # the live sample's length (the UI decides when to draw one)
+        )
+        # The schedule decays to the preset's floor, never above the chosen rate.
+        train["min_lr"] = min(train["learning_rate"], get_preset(preset).train.get("min_lr", train["learning_rate"] / 10))
+        user_text = None
+        with validate.user_errors():
+            if corpus == PASTE:
+                text = validate.text(f.text, "Your text", s.max_text_chars, cap=s.cap_hint("max_text_chars"))
+                # The character cap above is the limit; UTF-8 takes at most 4 bytes per character.
+                user_text = check_user_text(text, min_chars=model["block_size"], max_bytes=4 * s.max_text_chars)
+            elif corpus == UPLOAD:
+                if not f.upload:
+                    raise gr.Error("Upload a .txt file first (or pick another corpus).")
+                user_text = read_text_file(upload_path(f.upload), min_chars=model["block_size"], max_bytes=s.max_text_chars)
+        return Recipe(preset, corpus, user_text, tokenizer, stage, model, train)
+
+    def check_size(self, config: GPTConfig) -> GPT:
+        """A model of `config` on the meta device (no memory) after checking the parameter cap."""
+        with torch.device("meta"):
+            shell = GPT(config)
+        total = shell.parameter_counts()["total"]
+        if total > self.settings.max_params:
+            raise gr.Error(
+                f"This model has {total:,} parameters; the limit is {self.settings.max_params:,}. "
+                f"Make it smaller (fewer layers or channels; GPT-2 BPE adds 50,257 x n_embd per embedding). "
+                + self.settings.cap_hint("max_params")
+            )
+        return shell
+
+    def describe_setup(self, preset: str, corpus: str) -> str:
+        """The preset's description, or what the form now trains once the corpus is another one."""
+        info = get_preset(validate.choice(preset, "Preset", PRESETS))
+        corpus = validate.choice(corpus, "Corpus", [name for _, name in CORPUS_CHOICES])
+        if corpus == info.corpus:
+            return info.description
+        title = dict((name, title) for title, name in CORPUS_CHOICES)[corpus]
+        about = CORPORA[corpus].description if corpus in CORPORA else "Your own text: the model learns to continue it."
+        return f"**{title}** with the model and training settings of the *{info.title}* preset. {about}"
+
+    def apply_preset(self, name: str) -> dict[str, Any]:
+        """The preset's form (capped to this server) by field name, and its description ("preset_info")."""
+        preset = get_preset(validate.choice(name, "Preset", PRESETS))
+        s, model, train = self.settings, preset.model, preset.train
+        capped = {
+            "n_layer": min(model["n_layer"], s.max_layers), "n_head": min(model["n_head"], s.max_heads),
+            "n_embd": min(model["n_embd"], s.max_embd), "block_size": min(model["block_size"], s.max_block_size),
+            "batch_size": min(train["batch_size"], s.max_batch_size), "steps": min(train["max_iters"], s.max_iters),
+        }
+        asked = {**model, **train, "steps": train["max_iters"]}
+        reduced = [f"{k} {asked[k]} → {v}" for k, v in capped.items() if v != asked[k]]
+        info = preset.description
+        if reduced:
+            info += f"\n\n⚠️ Reduced to this server's caps: {', '.join(reduced)} (lift them locally with `--no-caps`)."
+        stage = stage_of(GPTConfig(vocab_size=2, **model)) or "gpt"
+        return {
+            "preset_info": info, "corpus": preset.corpus, "tokenizer": preset.tokenizer,
+            "stage": stage, **capped, **switches(model, stage),
+            "dropout": model.get("dropout", 0.0), "learning_rate": train["learning_rate"],
+            "warmup": train.get("warmup_iters", 0), "eval_interval": train.get("eval_interval", 100),
+            "weight_decay": train.get("weight_decay", 0.1), "grad_clip": train.get("grad_clip", 1.0),
+        }
+
+    def default_form(self) -> TrainForm:
+        """What the tab shows when it opens: the default preset."""
+        values = self.apply_preset(DEFAULT_PRESET)
+        return TrainForm(preset=DEFAULT_PRESET, **{k: v for k, v in values.items() if k in FORM_FIELDS})
+
+    def check_caps(self, config: GPTConfig) -> None:
+        s = self.settings
+        for field, name, cap in (("n_layer", "Layers", "max_layers"), ("n_head", "Heads", "max_heads"),
+                                 ("n_embd", "Embedding size", "max_embd"), ("block_size", "Block size", "max_block_size")):
+            validate.integer(getattr(config, field), f"The checkpoint's {name.lower()}", 0, getattr(s, cap),
+                             cap=s.cap_hint(cap))
+        self.check_size(config)
+
+
+def upload_path(upload) -> str:
+    """gr.File gives a path string (type='filepath'); the API may send a dict with a path."""
+    path = upload.get("path") if isinstance(upload, dict) else upload
+    if not isinstance(path, str):
+        raise gr.Error("The upload did not arrive as a file.")
+    return path
+
+
+def _switch(value: Any, name: str) -> bool:
+    """A break-it checkbox: True or False (a shared link writes 1 or 0); a string such as "false" is refused."""
+    return bool(validate.choice(value, name, (True, False)))
+
+
+def switches(model: dict, stage: str | None) -> dict[str, bool]:
+    """The break-it checkboxes that show a model's `GPTConfig` fields: off only where the model lacks a
+    part its stage has (a bigram has no position embedding by its stage, not by a switch)."""
+    options = STAGES[stage].options if stage else {}
+    return {name: bool(model.get(name, True)) or options.get(name) is False for name in BREAK_IT}
+
+
+def heads_for_stage(stage: str):
+    """The Heads slider as the stage uses it: fixed at 1 for one head, idle without attention."""
+    options = STAGES[validate.choice(stage, "Stage", STAGES)].options
+    if "n_head" in options:
+        return gr.update(value=options["n_head"], interactive=False, info="this stage has exactly one head")
+    if not options.get("use_attention", True):
+        return gr.update(interactive=False, info="no attention at this stage")
+    return gr.update(interactive=True, info=None)
+
+
+def layers_for_stage(stage: str):
+    """The Layers slider as the stage uses it: idle where the stage fixes the depth (its value stays,
+    for the stages that take it)."""
+    options = STAGES[validate.choice(stage, "Stage", STAGES)].options
+    if "n_layer" in options:
+        return gr.update(interactive=False, info=f"this stage has {options['n_layer']} layer, as in the lecture: "
+                                                 "without residual connections, stacked layers do not train")
+    return gr.update(interactive=True, info=None)

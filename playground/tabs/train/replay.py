@@ -1,0 +1,169 @@
+"""The attention movie on the Train tab: the probe's attention recorded while a run trains, its
+replay (a slider, Play and Pause), each head's pattern scores over training, /attention_movie as
+JSON and the movie as a GIF to download.
+
+The run records the snapshots (`movie_for_run`, `snapshot_due`); the handlers here only read them.
+`ReplayHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `registry` and the
+session's download folder.
+Never imports the run, the checkpoints or the layout: they build on the replay.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+from gradio.components.plot import PlotData
+
+from core.movie import MOVIE_BYTES, SCORED, AttentionMovie, evenly, induction_onset, movie_gif
+from core.tokenizers import Tokenizer, token_labels
+from core.train import Trainer
+from playground import validate
+from playground.figures.attention import replay_heatmap
+from playground.figures.training import head_scores_figure, note_plot
+
+# The attention movie: a snapshot every max_iters // MOVIE_FRAMES steps (and at the last step), so a run
+# has up to about this many; past MOVIE_BYTES the movie keeps every other one and records half as often.
+MOVIE_FRAMES = 80
+NO_MOVIE = "Press **Train**: the attention on the probe prompt is recorded as the model learns, to replay here."
+NO_REPLAY = "Train a model, then drag the slider to replay its attention over training."
+NO_SCORES = "Each head's pattern scores over training appear here."
+JSON_PER_VALUE = 7  # characters of a map value in /attention_movie's JSON: "0.123, "
+PLAY, PAUSE = "▶ Play", "⏸ Pause"
+PLAY_INTERVAL_S = 0.4  # one snapshot after another: 80 snapshots play in about half a minute
+
+
+class ReplayHandlers:
+    """The replay's slider, Play and Pause, /attention_movie and the GIF."""
+
+    def replay(self, step, request: gr.Request) -> PlotData:
+        """The attention grid of the snapshot nearest to training `step`, at or before it (a note when
+        the session's model has none: the slider also moves after a run without attention)."""
+        step = validate.number(step, "Replay step", 0)
+        movie, frames = self._recorded(request)
+        if not frames:
+            return note_plot(NO_REPLAY)
+        frame = next((f for f in reversed(frames) if f.step <= step), frames[0])
+        labels = token_labels(self._tokenizer_of(request), movie.probe_ids)
+        return PlotData(type="plotly", plot=replay_heatmap(frame.maps.float(), labels, frame.step).to_json())
+
+    def movie_range(self, request: gr.Request):
+        """The replay slider spanning the recorded steps (while a run records more)."""
+        return self._slider(request, to_last=False)
+
+    def movie_after_run(self, request: gr.Request):
+        """The replay slider spanning the recorded steps, on the last one."""
+        return self._slider(request, to_last=True)
+
+    def _slider(self, request: gr.Request | str, to_last: bool):
+        _, frames = self._recorded(request)
+        if not frames:
+            return gr.update(maximum=1, value=0) if to_last else gr.skip()
+        last = frames[-1].step
+        return gr.update(maximum=last, value=last) if to_last else gr.update(maximum=last)
+
+    def play(self, playing: bool, step, request: gr.Request) -> tuple:
+        """Play or pause the replay: (playing, the timer, the button, the slider: back to the start if
+        it stood at the end)."""
+        if playing:
+            return False, gr.Timer(active=False), PLAY, gr.skip()
+        step = validate.number(step, "Replay step", 0)
+        _, frames = self._movie_of(request)
+        return True, gr.Timer(active=True), PAUSE, (0 if step >= frames[-1].step else gr.skip())
+
+    def advance(self, step, request: gr.Request) -> tuple:
+        """The timer's tick: (the slider on the next snapshot, playing, the timer, the button); after
+        the last snapshot the replay pauses."""
+        step = validate.number(step, "Replay step", 0)
+        _, frames = self._recorded(request)  # none: a New model discarded the movie while it played
+        later = next((frame.step for frame in frames if frame.step > step), None)
+        if later is not None:
+            return later, gr.skip(), gr.skip(), gr.skip()
+        return gr.skip(), False, gr.Timer(active=False), PLAY
+
+    def attention_movie(self, request: gr.Request) -> dict:
+        """The session's attention over training: the probe's tokens, every snapshot's step, and per
+        snapshot the (layer, head, query, key) maps rounded to 3 decimals with each head's pattern scores.
+        Evenly thinned (the first and last kept) so the maps' JSON stays under the movie's memory cap."""
+        movie, frames = self._movie_of(request)
+        per_frame = frames[0].maps.numel() * JSON_PER_VALUE
+        kept = evenly(frames, max(2, movie.max_bytes // per_frame))
+        return {
+            "probe_tokens": token_labels(self._tokenizer_of(request), movie.probe_ids),
+            "steps": [frame.step for frame in kept], "recorded": len(frames), "bytes": movie.nbytes,
+            "max_bytes": movie.max_bytes,
+            # in double precision, so 0.123 is written as 0.123 and not as float32's 0.12300000339746475
+            "frames": [{"step": frame.step, "maps": frame.maps.double().round(decimals=3).tolist(),
+                        "scores": {name: None if score is None else score.double().round(decimals=3).tolist()
+                                   for name, score in frame.scores.items()}} for frame in kept],
+        }
+
+    def movie_gif(self, request: gr.Request) -> str:
+        """The session's attention movie as an animated GIF file to download."""
+        with self.registry.job(request, "making the movie's GIF") as session:
+            movie = None if session.trained is None else session.trained.movie
+            if movie is None or not movie.frames:
+                raise gr.Error("There is no attention movie yet: press Train (with a stage that has attention) to "
+                               "record one.")
+            path = self._folder(session) / f"attention-movie-step{movie.frames[-1].step}.gif"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for old in path.parent.glob("attention-movie-*.gif"):  # only the latest GIF of a session is kept
+                old.unlink()
+            path.write_bytes(movie_gif(movie))
+            return str(path)
+
+    def _recorded(self, request: gr.Request | str) -> tuple[AttentionMovie | None, list]:
+        """The session's movie (or None) and its frames: a list as they are now, while a run adds more."""
+        session = self.registry.peek(request)
+        movie = None if session is None or session.trained is None else session.trained.movie
+        return movie, [] if movie is None else movie.frames
+
+    def _movie_of(self, request: gr.Request | str) -> tuple[AttentionMovie, list]:
+        """The session's movie and its frames, or a gr.Error saying what to do."""
+        movie, frames = self._recorded(request)
+        if not frames:
+            raise gr.Error("There is no attention movie yet: press Train on the Train tab (with a stage that has "
+                           "attention), and the attention is recorded as the model learns.")
+        return movie, frames
+
+    def _tokenizer_of(self, request: gr.Request | str) -> Tokenizer:
+        return self.registry.peek(request).trained.tokenizer
+
+
+def movie_for_run(movie: AttentionMovie | None, trainer: Trainer, until: int) -> AttentionMovie | None:
+    """The run's attention movie: the model's own, continued, or a new one; None where the model has no
+    attention or one snapshot of it would not fit the movie's memory."""
+    config = trainer.model.config
+    if not config.use_attention or config.n_layer == 0:
+        return None
+    if 2 * config.n_layer * config.n_head * len(trainer.probe_ids) ** 2 > MOVIE_BYTES:  # float16 maps
+        return None
+    if movie is None or movie.probe_ids != trainer.probe_ids:
+        movie = AttentionMovie(trainer.probe_ids, max_bytes=MOVIE_BYTES)
+    movie.every = max(movie.every, until // MOVIE_FRAMES, 1)  # a longer run: rarer snapshots
+    return movie
+
+
+def snapshot_due(movie: AttentionMovie, event, affordable: bool) -> bool:
+    """Whether to record this step: `movie.every` steps after the last snapshot, or as soon after as the
+    view budget allows; and always the last step (once)."""
+    last = movie.frames[-1].step if movie.frames else None
+    if last == event.step:
+        return False
+    return event.done or (affordable and (last is None or event.step - last >= movie.every))
+
+
+def movie_note(movie: AttentionMovie | None, recording: bool) -> str:
+    """What the movie holds, and its memory bound."""
+    if movie is None:
+        return "This model has no attention to record."
+    count, every = len(movie.frames), "step" if movie.every == 1 else f"{movie.every} steps"
+    return (f"{'Recording' if recording else 'Replay'}: {count} snapshot{'s' if count != 1 else ''} "
+            f"(one every {every}), {movie.nbytes / 1024:,.1f} KB of at most {movie.max_bytes / 2**20:g} MiB.")
+
+
+def scores_plot(movie: AttentionMovie) -> PlotData:
+    """Each head's pattern scores over the movie's snapshots, serialised once for the run's stream."""
+    return PlotData(type="plotly", plot=_scores_figure(movie).to_json())
+
+
+def _scores_figure(movie: AttentionMovie):
+    return head_scores_figure({pattern: movie.score_curve(pattern) for pattern in SCORED}, induction_onset(movie))

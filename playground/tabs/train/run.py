@@ -1,0 +1,349 @@
+"""The Train tab's live run: what Train will do (the preview beside the buttons), the training
+stream and its views (status, progress, loss chart, live sample, live attention), and Stop.
+
+Every training takes round-robin turns with the others on the server (`core.schedule.FairShare`);
+the live views run the model too, so they take turns like steps and spend at most a share of the
+run's own compute (`VIEW_BUDGET`), refreshing less often on a crowded server.
+
+`RunHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `ctx`, `settings` and `registry`.
+Never imports the layout, the link or the checkpoints: they build on the run.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from typing import Any
+
+import gradio as gr
+import torch
+from gradio.components.plot import PlotData
+
+from core.config import GPTConfig, TrainConfig, stage_of
+from core.data import CORPORA, DataError, TokenData, corpus_text, default_tokenizer, load_shakespeare
+from core.model import GPT
+from core.tokenizers import Tokenizer, token_labels, tokenizer_from_spec
+from core.train import Trainer
+from playground import validate
+from playground.figures.attention import live_heatmap
+from playground.figures.training import loss_figure, note_plot
+from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
+from playground.sessions import Session, TrainedModel
+from playground.tabs.train import compare
+from playground.tabs.train.form import BREAK_IT, MODEL_FIELDS, FormRules, Recipe, TrainForm, takes_the_form
+from playground.tabs.train.replay import NO_SCORES, movie_for_run, movie_note, scores_plot, snapshot_due
+
+# Live samples and attention maps run the model (a 120-token sample costs as much as several
+# steps): each run spends at most this fraction of its training's own compute time on them (less
+# on a crowded server, as refreshes slow down), so the steps keep the CPU.
+VIEW_BUDGET = 0.15
+NO_ATTENTION_YET = "Press Train: the attention of each head on a probe prompt appears here."
+ATTENTION_INTERVAL_S = 0.5  # the heatmap grid is the heaviest payload (~150 KB for 6 x 8 heads): 2 a second
+SAMPLE_INTERVAL_S = 2.0  # a fresh live sample costs sample_tokens forward passes
+
+
+# ------------------------------------------------------------------ corpus and tokens (cached, shared)
+
+
+@functools.lru_cache(maxsize=8)
+def _builtin_text(name: str) -> str:
+    return corpus_text(name)  # Tiny Shakespeare downloads here on first use
+
+
+@functools.lru_cache(maxsize=6)
+def _builtin_tokens(name: str, tokenizer_spec: str, block_size: int) -> TokenData:
+    """Built-in corpora are encoded once per tokenizer and shared (read-only) by all sessions."""
+    return TokenData.from_text(_builtin_text(name), tokenizer_from_spec(json.loads(tokenizer_spec)), block_size,
+                               answer_after=CORPORA[name].answer_after)
+
+
+def _corpus_vocab_text(corpus: str) -> str | None:
+    """A built-in corpus's text for previews, without downloading anything (None if not here yet)."""
+    if corpus == "shakespeare":
+        try:
+            return _local_shakespeare()
+        except DataError:
+            return None
+    return _builtin_text(corpus)
+
+
+@functools.lru_cache(maxsize=1)
+def _local_shakespeare() -> str:
+    """Read and hash-checked once, not on every preview (each change of the form asks); a failure
+    is not cached, so a later download is found."""
+    return load_shakespeare(download=False)
+
+
+class RunHandlers(FormRules):
+    """Train, New model, Stop and the preview: the handlers of a run."""
+
+    @takes_the_form
+    def preview(self, form: TrainForm, request: gr.Request | str | None) -> tuple[str, str]:
+        """(the parameter count of the model these settings describe, what Train will do with them),
+        shown as the form changes: the second beside the buttons, before anything is pressed."""
+        try:
+            recipe = self.recipe(form)
+            text = recipe.text if recipe.text is not None else _corpus_vocab_text(recipe.corpus)
+            if text is None and recipe.tokenizer == "char":
+                return "The parameter count appears once Tiny Shakespeare is downloaded (press **Train**).", ""
+            tokenizer = default_tokenizer(recipe.tokenizer, text or "")
+            config, _ = recipe.configs(tokenizer.vocab_size)
+            counts = self.check_size(config).parameter_counts()
+        except (gr.Error, ValueError) as error:  # shown as it is typed, not as an error
+            return f"⚠️ {error.message if isinstance(error, gr.Error) else error}", ""
+        parts = ", ".join(f"{label} {count:,}" for label, count in _count_parts(counts) if count)
+        count = f"**{counts['total']:,} parameters** ({parts}); vocabulary {config.vocab_size:,} tokens."
+        session = self.registry.peek(request) if request is not None else None
+        if session is not None and session.trainer is not None and session.trainer.running:
+            return count, "Training now: **Stop** ends it and keeps what it has learned."
+        if session is None or session.model is None:
+            return count, "**Train** starts a new model with these settings."
+        return count, (self._choice_needed(session, config, tokenizer, recipe.train["max_iters"])
+                       or f"**Train** continues your model from step {session.trained.step}; **New model** starts afresh.")
+
+    @takes_the_form
+    def train(self, form: TrainForm, request: gr.Request | str):
+        """Stream training: (status, progress html, loss figure, sample, attention figure, model_changed).
+        Continues the session's model while the settings still describe it."""
+        yield from self._train(form, request, new=False)
+
+    @takes_the_form
+    def train_new(self, form: TrainForm, request: gr.Request | str):
+        """Like `train`, but discards the session's model first: a new one with these settings."""
+        yield from self._train(form, request, new=True)
+
+    def _train(self, form: TrainForm, request: gr.Request | str, new: bool):
+        recipe = self.recipe(form)
+        with self.registry.job(request, "training") as session:
+            session.stop_requested = False
+            if recipe.corpus == "shakespeare" and _corpus_vocab_text("shakespeare") is None:
+                yield self._update(session, status="Downloading Tiny Shakespeare (once, 1.1 MB)...")
+            with validate.user_errors():
+                text = recipe.text if recipe.text is not None else _builtin_text(recipe.corpus)
+                tokenizer = default_tokenizer(recipe.tokenizer, text)
+                config, train_config = recipe.configs(tokenizer.vocab_size)
+            if new:
+                _discard(session)
+            # A choice to make is not an error: the status says what to do, and nothing else changes.
+            choice = self._choice_needed(session, config, tokenizer, train_config.max_iters)
+            if choice:
+                yield self._update(session, status=choice)
+                return
+            trainer, until, note = self._prepare(session, recipe, text, tokenizer, config, train_config)
+            yield from self._run(session, trainer, until, opening=note)
+
+    def _choice_needed(self, session: Session, config: GPTConfig, tokenizer: Tokenizer, steps: int) -> str:
+        """Why Train cannot continue the session's model with these settings ('' when it can)."""
+        if session.model is None:
+            return ""
+        problem = _mismatch(session.trained, config, tokenizer)
+        if problem:
+            return (f"⚠️ These settings describe a different model than the one you trained ({problem}). "
+                    "Press **New model** to train one with them (yours is discarded), or change them back "
+                    "and press **Train** to continue yours.")
+        if session.trained.step >= steps:
+            return (f"Your model has already trained {session.trained.step} of {steps} steps: raise **Steps** to train "
+                    "it further, or press **New model** to start over.")
+        return ""
+
+    def _prepare(self, session: Session, recipe: Recipe, text: str, fresh: Tokenizer, config: GPTConfig,
+                 train_config: TrainConfig) -> tuple[Trainer, int, str]:
+        """The trainer to run: the session's model continued (`_choice_needed` said it can), or a new one."""
+        session.pretrained = None  # Generate and Attention follow the model trained now, not GPT-2
+        trained = session.trained
+        if trained is not None:
+            config = trained.model.config
+        else:
+            self.check_size(config)
+            self.registry.claim_model(session)
+        with validate.user_errors():
+            data = self._tokens(recipe, text, fresh, config.block_size)
+            # a new model's weights come from the form's seed, like its batches: same seed, same run
+            model = trained.model if trained is not None else GPT(
+                config, generator=torch.Generator().manual_seed(train_config.seed))
+            trainer = Trainer(model, data, train_config, tokenizer=fresh, share=self.ctx.share)
+        start = 0 if trained is None else trained.step
+        state = None if trained is None else trained.training_state()
+        if state is not None:  # optimizer, step, history, random states
+            with validate.user_errors():
+                trainer.load_state_dict(state)
+        elif trained is not None:  # a checkpoint without a training state: its steps and curve go on
+            trainer.step, trainer.history = start, list(trained.history)
+        note = (f"Continuing from step {start}" if start else "Training a new model")
+        movie = movie_for_run(trained.movie if trained is not None else None, trainer, train_config.max_iters)
+        run = trained.run if trained is not None and trained.run else session.runs.new_number()
+        session.trained = TrainedModel(model, fresh, recipe.corpus_title, trainer.history, trainer, train_config,
+                                       movie=movie, run=run)
+        return trainer, train_config.max_iters, note
+
+    def _tokens(self, recipe: Recipe, text: str, tokenizer: Tokenizer, block_size: int) -> TokenData:
+        if recipe.text is None:
+            return _builtin_tokens(recipe.corpus, json.dumps(tokenizer.spec()), block_size)
+        return TokenData.from_text(text, tokenizer, block_size)
+
+    def _run(self, session: Session, trainer: Trainer, until: int, opening: str):
+        """Stream the run's updates; the first (after the first step) says `opening` as its status."""
+        # The first update goes out after the first step, with the chart alone: the first sample and
+        # attention map wait their intervals (an untrained model shows noise, and drawing it would
+        # delay the first chart).
+        last_ui = 0.0
+        last_sample = last_attention = time.monotonic()
+        # Every update sends every output: Gradio rebuilds a component for each gr.skip() in a stream
+        # (its config and schema: the costliest part of an update), while an unchanged value costs
+        # an equality check. So the last sample, map and model description go out again.
+        sample, attention = "", note_plot("The attention map appears after a few steps.")
+        described, first = describe(session), True
+        share, trained_before, viewing = self.ctx.share, trainer.elapsed, 0.0
+        movie, scores, scored_step = session.trained.movie, note_plot(NO_SCORES), None
+        for event in trainer.run(until):
+            if session.stop_requested:
+                trainer.stop()
+            now, sharing = time.monotonic(), share.members
+            slower = slowdown(sharing, share.slots)
+            if movie is not None and not event.error and snapshot_due(
+                    movie, event, viewing <= VIEW_BUDGET / slower * (trainer.elapsed - trained_before)):
+                with trainer.turn() as granted:  # a snapshot is counted like the live views
+                    started = time.perf_counter()
+                    if granted or event.done:  # the last step always has its snapshot, a stopped run's too
+                        movie.add(event.step, trainer.probe_attention())
+                    viewing += time.perf_counter() - started
+            if not event.done and now - last_ui < UI_INTERVAL_S * slower:
+                continue
+            last_ui = now
+            self.registry.touch(session)
+            if event.error:
+                raise gr.Error(event.error)
+            finished = event.done and not event.stopped  # a Stop ends at once: no fresh sample to wait for
+            affordable = viewing <= VIEW_BUDGET / slower * (trainer.elapsed - trained_before)
+            sample_due = finished or (affordable and now - last_sample >= SAMPLE_INTERVAL_S)
+            attention_due = finished or (affordable and now - last_attention >= ATTENTION_INTERVAL_S)
+            if sample_due or attention_due:
+                with trainer.turn() as granted:  # the model's work takes its turn like a step
+                    started = time.perf_counter()
+                    if granted and sample_due:
+                        sample, last_sample = trainer.sample(), now
+                    if granted and attention_due:
+                        attention, last_attention = self._attention_figure(trainer), now
+                    viewing += time.perf_counter() - started
+            if event.done:
+                described = describe(session)  # other tabs follow the model once the run ends
+            frames = [] if movie is None else movie.frames
+            if frames and frames[-1].step != scored_step:  # drawn again only when a snapshot came
+                scores, scored_step = scores_plot(movie), frames[-1].step
+            status = _status(event, sharing, opening if first else "Training")
+            yield self._update(session, status=status, event=event, sample=sample, attention=attention,
+                               model_changed=described, movie_note=movie_note(movie, not event.done),
+                               scores=scores)
+            first = False
+        compare.record(session, token_labels(trainer.tokenizer, trainer.probe_ids))
+
+    def _attention_figure(self, trainer: Trainer):
+        per_layer = trainer.probe_attention()  # per layer (H, T, T); none without attention
+        if not per_layer:
+            return note_plot("This stage has no attention yet: its tokens cannot look at each other.")
+        figure = live_heatmap(torch.stack(per_layer), token_labels(trainer.tokenizer, trainer.probe_ids))
+        return PlotData(type="plotly", plot=figure.to_json())  # serialised once, though sent with every update
+
+    def _update(self, session: Session, *, status: str, event=None, sample=gr.skip(), attention=gr.skip(),
+                model_changed=gr.skip(), movie_note=gr.skip(), scores=gr.skip()) -> tuple:
+        """(status, progress, loss figure, sample, attention, model_changed, movie note, head scores)."""
+        history = [] if session.trained is None else session.trained.history
+        progress = progress_html(event, history) if event is not None else gr.skip()
+        return (status, progress, loss_figure(history, event.max_iters if event else None), sample, attention,
+                model_changed, movie_note, scores)
+
+    def stop(self, request: gr.Request):
+        """Stop this session's training after the current step; the weights are kept. Answers once the
+        training has ended (or after STOP_WAIT_S), so the status it writes is the last word."""
+        session = self.registry.peek(request)
+        if session is None or session.job_name != "training":
+            return gr.skip()  # nothing trains: leave the status ("Done: ...") as it is
+        session.stop_work()
+        deadline = time.monotonic() + STOP_WAIT_S
+        while session.job_name == "training" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if session.job_name == "training":
+            return "Stopping after this step; the weights learned so far are kept."
+        return _stopped_status(session.trained.step)
+
+
+def _mismatch(trained: TrainedModel, config: GPTConfig, tokenizer: Tokenizer) -> str:
+    """What differs between the trained model and the one the settings describe ('' if nothing)."""
+    current = trained.model.config
+    diffs = [_field_change(f, getattr(current, f), getattr(config, f)) for f in MODEL_FIELDS
+             if getattr(current, f) != getattr(config, f)]
+    if stage_of(current) != stage_of(config):
+        diffs.append(f"stage {stage_of(current) or 'custom'} → {stage_of(config) or 'custom'}")
+    ours, theirs = trained.tokenizer.spec(), tokenizer.spec()
+    if ours != theirs:
+        diffs.append(
+            f"tokenizer {ours['kind']} → {theirs['kind']}" if ours["kind"] != theirs["kind"]
+            else f"another corpus: vocabulary of {trained.tokenizer.vocab_size} → {tokenizer.vocab_size} characters"
+        )
+    return "; ".join(diffs)
+
+
+def _field_change(field: str, before: Any, after: Any) -> str:
+    """'n_head 2 → 4', or for a break-it switch 'Causal mask on → off'."""
+    if field in BREAK_IT:
+        return f"{BREAK_IT[field][0]} {'on' if before else 'off'} → {'on' if after else 'off'}"
+    return f"{field} {before} → {after}"
+
+
+def describe(session: Session) -> str:
+    """One line about the session's model, shown by other tabs ('' when there is none)."""
+    return "" if session.trained is None else session.trained.describe()
+
+
+def _count_parts(counts: dict[str, int]) -> list[tuple[str, int]]:
+    """The parameter count's parts, which add up to its total (a tied head counts once)."""
+    return [
+        ("token embedding", counts["token_embedding"]), ("position embedding", counts["position_embedding"]),
+        ("attention", counts["attention"]), ("feed-forward", counts["feed_forward"]),
+        ("LayerNorms", counts["block_layer_norms"] + counts["final_layer_norm"]), ("LM head", counts["lm_head"]),
+    ]
+
+
+def _stopped_status(step: int) -> str:
+    return f"Stopped at step {step}. The weights are kept: press **Train** to continue."
+
+
+def _discard(session: Session) -> None:
+    """Forget the session's model and everything that came with it."""
+    session.trained = None
+    session.last_text, session.last_steps = "", []
+
+
+def _status(event, sharing: int = 1, doing: str = "Training") -> str:
+    """What the run is `doing` ("Training a new model" on its first update); while others train
+    too, how many share the server and the time left."""
+    if event.stopped:
+        return _stopped_status(event.step)
+    if event.done:
+        val = f", validation loss {event.val_loss:.3f}" if event.val_loss is not None else ""
+        return f"Done: {event.step} steps, training loss {event.train_loss:.3f}{val}."
+    if sharing > 1:
+        return (f"{doing}: {sharing} trainings share this server, taking turns step by step; "
+                f"about {duration(event.eta)} left.")
+    return "Training..." if doing == "Training" else f"{doing}."
+
+
+def progress_html(event, history: list[dict] = ()) -> str:
+    """The progress bar and the run's figures; for a task corpus, how well it writes the answers
+    (the whole-line loss has a floor there: the questions are random)."""
+    if event is None:
+        return "<div class='train-progress'><div class='bar'><div style='width:0%'></div></div><span>Not trained yet.</span></div>"
+    percent = 100.0 * event.step / max(1, event.max_iters)
+    val = f" · val {event.val_loss:.3f}" if event.val_loss is not None else ""
+    left = "" if event.done else f" · {duration(event.eta)} left"
+    scored = next((row for row in reversed(history) if row.get("answer_accuracy") is not None), None)
+    answers = ("" if scored is None else
+               f"<span class='answers'>Answers (the half of each line that can be learned), validation: "
+               f"<b>{scored['answer_accuracy']:.0%} right</b>, loss {scored['answer_loss']:.3f} "
+               f"at step {scored['step']:,}.</span>")
+    return (
+        f"<div class='train-progress'><div class='bar'><div style='width:{percent:.1f}%'></div></div>"
+        f"<span>step {event.step:,} / {event.max_iters:,} · loss {event.train_loss:.3f}{val} · "
+        f"{event.tokens_per_sec:,.0f} tokens/s{left}</span>{answers}</div>"
+    )
