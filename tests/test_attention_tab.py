@@ -23,6 +23,7 @@ from playground.figures import attention as figures
 from playground.sessions import SessionRegistry, TrainedModel
 from playground.settings import Settings
 from playground.tabs import attention as tab
+from playground.tabs.attention import analysis
 
 VOCAB = "\n abcdefghijklmnopqrstuvwxyz|"
 PAYLOAD_LIMIT = 2_000_000
@@ -139,14 +140,14 @@ def test_a_text_longer_than_the_server_shows_is_cut_with_a_hint(ctx, handlers):
 def test_every_example_analyses_on_a_short_context_model():
     """The Shakespeare example has 60 tokens: on a model of context 32 it is cut, not refused."""
     handlers = tab.AttentionHandlers(make_ctx())
-    tokenizer = CharTokenizer.from_text("".join(tab.EXAMPLES))
+    tokenizer = CharTokenizer.from_text("".join(analysis.EXAMPLES))
     session = give_model(handlers.ctx, tokenizer=tokenizer, block_size=32)
-    for example in tab.EXAMPLES:
+    for example in analysis.EXAMPLES:
         status = handlers.analyse(example, "alice")[0]
         n_tokens = len(tokenizer.encode(example))
         assert f"**{min(n_tokens, 32)} tokens**" in status
         assert ("Kept the first 32" in status) == (n_tokens > 32)
-    assert len(tokenizer.encode(tab.EXAMPLES[0])) > 32  # the case this test is about
+    assert len(tokenizer.encode(analysis.EXAMPLES[0])) > 32  # the case this test is about
     assert session.job_name is None
 
 
@@ -319,7 +320,7 @@ def test_copy_task_probe_agrees_with_the_example(copy_task):
     handlers, session = copy_task
     handlers.analyse(COPY_EXAMPLE, "learner")
     on_example = labels(session)
-    strongest = tab._standouts(session.attention)[0]
+    strongest = analysis._standouts(session.attention)[0]
     tokenizer = session.tokenizer
     # the probe button's texts, and a repeat of 9, the copy task's own period: there 8 back is
     # exactly where an induction head would look, and only the probe's verdict tells them apart

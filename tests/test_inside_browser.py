@@ -11,7 +11,7 @@ from conftest import SCREENSHOTS
 from test_attention_browser import PHONE, analyse_example, assert_titles_clear, trained_page
 from test_browser import assert_no_errors, open_tab
 
-from playground.tabs.attention import EXPORT_NAMES
+from playground.tabs.attention.export import EXPORT_NAMES
 
 pytestmark = pytest.mark.browser
 SECTIONS = {"steps": "Inside one head: step by step", "knockout": "Knock out heads", "lens": "Logit lens",

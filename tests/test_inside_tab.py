@@ -19,6 +19,8 @@ from core.interventions import ablate, head_importance, head_steps
 from core.sample import generate
 from playground.sessions import TrainedModel
 from playground.tabs import attention as tab
+from playground.tabs.attention import export, knockouts
+from playground.tabs.attention import steps as steps_section
 
 TEXT = "abcab|abcab"  # 11 tokens of the test vocabulary
 N_TOKENS = 11
@@ -73,7 +75,7 @@ def test_the_toggles_add_the_weights_without_the_scale_and_without_the_mask(hand
     last = handlers.head_steps(1, 0, N_TOKENS - 1, False, True, "alice")[0]
     assert "nothing changes for the last token" in last and "Without ÷√d" not in last
     past_only = dataclasses.replace(steps, weights_unmasked=steps.weights)  # a head that looks back anyway
-    assert "would still put almost nothing (0.0e+00) on later tokens" in tab._steps_note(
+    assert "would still put almost nothing (0.0e+00) on later tokens" in steps_section._steps_note(
         past_only, session.attention.labels, False, True)
 
 
@@ -115,11 +117,11 @@ def test_knocking_out_every_head_of_a_layer_matches_core(handlers, session, mode
     idx = torch.tensor([ids])
     with torch.no_grad(), ablate(model, [(1, 0), (1, 1), (1, 2)], mode, over=ids):  # means over the text
         loss = model(idx[:, :-1], idx[:, 1:])[1].item()
-        expected = generate(model, idx, tab.CONTINUATION_TOKENS, temperature=0, use_cache=False)[0, len(ids):]
+        expected = generate(model, idx, knockouts.CONTINUATION_TOKENS, temperature=0, use_cache=False)[0, len(ids):]
     assert knocked == session.tokenizer.decode(expected.tolist())
-    assert intact == session.tokenizer.decode(generate(model, idx, tab.CONTINUATION_TOKENS, temperature=0)[0, len(ids):]
+    assert intact == session.tokenizer.decode(generate(model, idx, knockouts.CONTINUATION_TOKENS, temperature=0)[0, len(ids):]
                                               .tolist())
-    assert f"**{loss:.4f}**" in note and "**L1 H0, L1 H1, L1 H2**" in note and tab.MODE_NAMES[mode] in note
+    assert f"**{loss:.4f}**" in note and "**L1 H0, L1 H1, L1 H2**" in note and knockouts.MODE_NAMES[mode] in note
     result = session.attention.results["knock_out"]
     assert result["heads"] == ["L1 H0", "L1 H1", "L1 H2"] and result["loss_after"] == pytest.approx(loss, abs=1e-6)
     assert not model.blocks[1].attn.hook_z._forward_hooks  # the knock-out ends with the call
@@ -136,7 +138,7 @@ def test_importance_of_every_head_is_cores_and_kept_per_mode(handlers, session, 
     assert np.asarray(fig.data[0].z).shape == (2, 3)
     assert torch.allclose(torch.tensor(fig.data[0].z), expected, atol=1e-5)
     assert list(fig.data[0].x) == ["H0", "H1", "H2"] and list(fig.data[0].y) == ["L0", "L1"]
-    monkeypatch.setattr(tab, "head_importance", lambda *args: pytest.fail("computed twice"))
+    monkeypatch.setattr(knockouts, "head_importance", lambda *args: pytest.fail("computed twice"))
     handlers.importance("mean", "alice")  # kept for this analysis
 
 
@@ -226,7 +228,7 @@ def test_the_export_parses_back_and_is_named_by_the_app(ctx):
     note, paths = handlers.export(hostile_key)
     assert note == ""
     paths = [Path(p) for p in paths]
-    assert [p.name for p in paths] == list(tab.EXPORT_NAMES.values())
+    assert [p.name for p in paths] == list(export.EXPORT_NAMES.values())
     assert {p.parent for p in paths} == {handlers.scratch / session.id}
     assert all("etc" not in str(p) and ".." not in str(p) for p in paths)
 
@@ -251,15 +253,15 @@ def test_the_export_parses_back_and_is_named_by_the_app(ctx):
     assert np.array(document["logit_lens"]["top_ids"]).shape == (3, N_TOKENS, 5)
 
     handlers.export(hostile_key)  # a second export replaces the first
-    assert sorted(p.name for p in (handlers.scratch / session.id).iterdir()) == sorted(tab.EXPORT_NAMES.values())
+    assert sorted(p.name for p in (handlers.scratch / session.id).iterdir()) == sorted(export.EXPORT_NAMES.values())
     handlers.free(session)  # and the session's end deletes them
     assert not (handlers.scratch / session.id).exists()
 
 
 def test_an_export_too_large_for_a_csv_leaves_it_out(handlers, session, monkeypatch):
-    monkeypatch.setattr(tab, "MAX_CSV_ROWS", 100)
+    monkeypatch.setattr(export, "MAX_CSV_ROWS", 100)
     note, paths = handlers.export("alice")
-    assert [Path(p).name for p in paths] == [tab.EXPORT_NAMES["npy"], tab.EXPORT_NAMES["json"]]
+    assert [Path(p).name for p in paths] == [export.EXPORT_NAMES["npy"], export.EXPORT_NAMES["json"]]
     assert "The .csv is left out: it would have 396 rows (at most 100)" in note
 
 

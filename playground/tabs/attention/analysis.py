@@ -1,0 +1,244 @@
+"""The Attention tab's analysis: every head's attention on a text, one head large, a query's head
+view, and a per-head summary that tells a learner where to look.
+
+Analyse (api `/attention`) runs the model once under the session's job lock and keeps the maps in
+the session (`session.attention`); the pickers only redraw from them, so they are cheap and always
+show the same model as the grid. The tools below (the other sections) read this analysis.
+Never imports another section: the layout puts them together.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import gradio as gr
+import torch
+from gradio.events import Dependency
+
+from core.attention import (
+    PROBE_HALF_MAX, PROBE_HALF_MIN, HeadSummary, attention_maps, head_view, induction_probe, probe_induction,
+    summarize_heads,
+)
+from core.model import GPT
+from core.tokenizers import token_labels
+from playground import validate
+from playground.context import AppContext
+from playground.figures import attention as figures
+from playground.tabs.attention.common import Analysis, AttentionBase, Page, plot, reading_of
+
+EXAMPLES = [
+    "First Citizen:\nBefore we proceed any further, hear me speak.",
+    "qwhzbkad|qwhzbkad",  # the copy task: the second half looks back 8, by content or by position
+    "abcdefgh>hgfedcba",
+    "38152706=01235678",
+    "111101111011110",
+    # For GPT-2: the indirect-object sentence of Wang et al. (2022), "Interpretability in the wild". GPT-2
+    # small answers " Mary", and heads in its layers 9 and 10 (the "name movers") look from "to" at " Mary".
+    "When Mary and John went to the store, John gave a drink to",
+]
+
+
+class Handlers(AttentionBase):
+    """Analyse, the pickers, the large view and the head view, and the text buttons."""
+
+    def analyse(self, text: str, request: gr.Request):
+        """Run the model on `text`: status, grid, summary figure and table, pickers, large view, head view.
+
+        A text longer than the model (or this server) can take is cut to its first tokens and
+        the status says so: a built-in example must not fail on a short-context model.
+        """
+        settings = self.ctx.settings
+        text = validate.text(text, "Text", settings.max_prompt_chars, cap=settings.cap_hint("max_prompt_chars"))
+        with self.ctx.registry.job(request, "attention") as session:
+            reading = reading_of(session)
+            model, tokenizer = reading.model, reading.tokenizer
+            with validate.user_errors():
+                all_ids = tokenizer.encode(text)
+            if len(all_ids) < 2:
+                raise gr.Error("The text has fewer than 2 tokens; attention needs at least 2 to choose between.")
+            ids = all_ids[:self._token_limit(model)]
+            with validate.user_errors():
+                maps = attention_maps(model, ids)  # (L, H, T, T)
+                summaries = summarize_heads(maps, ids, probe_induction(model))
+            analysis = Analysis(ids, token_labels(tokenizer, ids), maps.half(), summaries,
+                                weakref.ref(reading), reading.step)
+            session.attention = analysis
+        return self._render(analysis, self._cut_note(len(all_ids), len(ids), model.config.block_size))
+
+    def _token_limit(self, model: GPT) -> int:
+        """The most tokens an analysis takes: the model's context, and this server's cap."""
+        return min(model.config.block_size, self.ctx.settings.max_attention_tokens)
+
+    def _cut_note(self, n_tokens: int, kept: int, block_size: int) -> str:
+        """Why a text was cut, for the status; empty when it was not."""
+        if kept == n_tokens:
+            return ""
+        if kept == block_size:
+            why = f"this model's context is {kept} tokens, as far back as it can attend."
+        else:
+            why = f"this server shows at most {kept}. {self.ctx.settings.cap_hint('max_attention_tokens')}"
+        return f"Kept the first {kept} of the text's {n_tokens} tokens: {why}"
+
+    def _render(self, analysis: Analysis, cut_note: str):
+        maps = analysis.weights()
+        n_layer, n_head, n_tokens, _ = maps.shape
+        query = n_tokens - 1  # the last token: the one whose next token the model predicts
+        standouts = _standouts(analysis)  # open the most distinctive head, not an arbitrary first one
+        layer, head = (standouts[0].layer, standouts[0].head) if standouts else (0, 0)
+        return (
+            _status(analysis, cut_note),
+            figures.heatmap_grid(maps, analysis.labels),
+            figures.summary_figure(analysis.summaries),
+            figures.summary_table(analysis.summaries),
+            gr.Dropdown(choices=[(f"Layer {i}", i) for i in range(n_layer)], value=layer),
+            gr.Dropdown(choices=[(f"Head {i}", i) for i in range(n_head)], value=head),
+            gr.Dropdown(choices=[(name, i) for i, name in enumerate(figures.axis_labels(
+                analysis.labels, [(t, t + 1) for t in range(n_tokens)]))], value=query),
+            figures.head_heatmap(maps[layer, head], analysis.labels, layer, head),
+            figures.head_view(head_view(maps, query)[layer], analysis.labels, query, layer),
+        )
+
+    def show_head(self, layer, head, request: gr.Request):
+        """The large view of one head of the last analysis."""
+        analysis = self._analysis(request)
+        layer, head = self._layer_head(analysis, layer, head)
+        return figures.head_heatmap(analysis.weights()[layer, head], analysis.labels, layer, head)
+
+    def show_query(self, layer, query, request: gr.Request):
+        """The head view of one query token in one layer of the last analysis."""
+        analysis = self._analysis(request)
+        layer, _ = self._layer_head(analysis, layer, 0)
+        query = validate.integer(query, "Query token", 0, len(analysis.ids) - 1)
+        weights = head_view(analysis.weights(), query)[layer]  # (H, T)
+        return figures.head_view(weights, analysis.labels, query, layer)
+
+    def select_head(self, evt: gr.SelectData, request: gr.Request):
+        """A click on a row of the summary table opens that head in the large view."""
+        analysis = self._analysis(request)
+        row = evt.row_value or [None, None]  # the clicked row's values (layer, head first), even if sorted
+        layer, head = self._layer_head(analysis, row[0], row[1])
+        return layer, head, self.show_head(layer, head, request)
+
+    def last_text(self, request: gr.Request) -> str:
+        """The session's last generated text, cut to its last tokens that fit the context."""
+        session = self.ctx.registry.get(request)
+        if not session.last_text:
+            raise gr.Error("Nothing generated yet: generate some text on the Generate tab first.")
+        reading = reading_of(session)
+        model, tokenizer = reading.model, reading.tokenizer
+        limit = self._token_limit(model)
+        with validate.user_errors():
+            ids = tokenizer.encode(session.last_text)
+        if len(ids) <= limit:
+            return session.last_text
+        gr.Info(f"Kept the last {limit} of {len(ids)} tokens: the most the model (or this server) can look at.")
+        return tokenizer.decode(ids[-limit:])
+
+    def probe(self, request: gr.Request) -> str:
+        """A fresh repeated random-token text, the standard test for induction heads."""
+        session = self.ctx.registry.get(request)
+        reading = reading_of(session)
+        model, tokenizer = reading.model, reading.tokenizer
+        # a random length too: a head that looks back a fixed distance matches only one of them
+        longest = max(PROBE_HALF_MIN, min(self._token_limit(model) // 2, PROBE_HALF_MAX))
+        half = int(torch.randint(max(PROBE_HALF_MIN, longest // 2), longest + 1, (1,), generator=session.generator))
+        seed = int(torch.randint(2**31, (1,), generator=session.generator))
+        ids = induction_probe(model.config.vocab_size, half, seed=seed)
+        return tokenizer.decode(ids)
+
+    def model_changed(self, request: gr.Request) -> str:
+        """The status once the model read changed: the analysis on screen is stale, unless it is already of
+        the new model (an Analyse pressed right after the change may finish first: its status stays). The
+        status is never blanked: this event may arrive after an analysis that started later."""
+        session = self.ctx.registry.peek(request)
+        if session is None or session.attention is None or session.attention.of(session.reading):
+            return gr.skip()  # nothing on screen to mark, or the analysis shown is of the new model already
+        return "The model has changed since this analysis: press **Analyse** to see its attention now."
+
+
+def _standouts(analysis: Analysis) -> list[HeadSummary]:
+    """Up to 4 heads with a named pattern, strongest first."""
+    named = (s for s in analysis.summaries if s.label not in ("mixed", "uniform"))
+    return sorted(named, key=lambda s: s.score, reverse=True)[:4]
+
+
+def _status(analysis: Analysis, cut_note: str) -> str:
+    """What was analysed and which heads stand out, so a learner knows where to look first.
+
+    Every label here is a summary's label, the same the board and the table show.
+    """
+    n_layer, n_head, n_tokens, _ = analysis.maps.shape
+    lines = [f"**{n_tokens} tokens**, {n_layer} layer(s) x {n_head} head(s)."]
+    if cut_note:
+        lines.append(cut_note)
+    standouts = _standouts(analysis)
+    if standouts:
+        lines.append("Heads to look at first (the strongest is open below): " + ", ".join(
+            f"L{s.layer} H{s.head} {s.label} ({s.score:.2f})" for s in standouts) + ".")
+    lines.append(_induction_line(analysis.summaries))
+    return "  \n".join(lines)
+
+
+def _induction_line(summaries: list[HeadSummary]) -> str:
+    """Which heads are induction heads: the verdict of the probe, whatever this text shows."""
+    if summaries[0].probe_induction is None:
+        return "Induction untested: this model's context is too short for the probe (random tokens written twice)."
+    found = [s for s in summaries if s.induction_head]
+    watch = "**Induction probe** writes such a text to watch"
+    if found:
+        heads = ", ".join(f"L{s.layer} H{s.head} ({s.probe_induction:.2f})" for s in found)
+        return f"Induction heads, by the probe (random tokens written twice; {watch}): {heads}."
+    return (f"No induction head: no head past layer 0 follows the repeats in random tokens written twice "
+            f"({watch}; the table's **probe** column has each head's score).")
+
+
+def build(ctx: AppContext, handlers: Handlers) -> tuple[Page, Dependency]:
+    """The text, the buttons, the status, the figures and the table; (the page the tools read, the
+    event of a finished analysis)."""
+    gr.Markdown(
+        "Type a text in the model's vocabulary (or take the last generated text) and press **Analyse**. "
+        "Each heatmap row is a token looking back (query); each column a token it can see (key). "
+        "Hover for exact weights. **Induction probe** writes fresh random tokens twice: a true induction "
+        "head lights up on any such text, while a head that only looks back a fixed distance does not."
+    )
+    with gr.Row():
+        text = gr.Textbox(label="Text to analyse", lines=3, max_lines=8, scale=4, elem_id="attention-text",
+                          placeholder="A text in the model's vocabulary (Shift+Enter analyses it)",
+                          max_length=ctx.settings.max_prompt_chars)
+        with gr.Column(scale=1, min_width=200):
+            analyse = gr.Button("Analyse", variant="primary", elem_id="attention-run")
+            last = gr.Button("Use last generated text", size="sm")
+            probe = gr.Button("Induction probe", size="sm")
+    gr.Examples(EXAMPLES, inputs=text, label="Examples (each needs a model whose vocabulary has its characters; "
+                "one longer than the model's context is cut to fit; the last is for GPT-2)")
+    status = gr.Markdown(elem_id="attention-status")
+    summary_plot = plot("What each head does", "attention-summary")
+    grid = plot("Every layer x head", "attention-grid")
+    with gr.Row():
+        layer = gr.Dropdown(label="Layer", choices=[("Layer 0", 0)], value=0, scale=1)
+        head = gr.Dropdown(label="Head", choices=[("Head 0", 0)], value=0, scale=1)
+        query = gr.Dropdown(label="Query token (head view)", choices=[("#0", 0)], value=0, scale=2)
+    with gr.Row():
+        large = plot("One head, large", "attention-large")
+        view = plot("Head view: where a token looks", "attention-view")
+    with gr.Accordion("Per-head table (click a row to open that head)", open=False):
+        gr.Markdown(figures.SUMMARY_LEGEND, elem_id="attention-table-legend")
+        table = gr.Dataframe(headers=figures.SUMMARY_HEADERS, interactive=False, wrap=True,
+                             column_widths=figures.SUMMARY_WIDTHS,
+                             show_search="search", elem_id="attention-table")
+
+    outputs = [status, grid, summary_plot, table, layer, head, query, large, view]
+    analysed = gr.on([analyse.click, text.submit], handlers.analyse, [text], outputs, api_name="attention",
+                     **ctx.heavy("attention"))
+    last.click(handlers.last_text, None, text, api_name="attention_last_text", **ctx.cheap())
+    probe.click(handlers.probe, None, text, api_name="attention_probe", **ctx.cheap())
+    gr.on([layer.input, head.input], handlers.show_head, [layer, head], large, api_name="attention_head",
+          **ctx.cheap())
+    gr.on([layer.input, query.input], handlers.show_query, [layer, query], view, api_name="attention_query",
+          **ctx.cheap())
+    # UI-only events: a table click and the Train tab's signal carry nothing an API caller needs
+    head_picked = table.select(handlers.select_head, None, [layer, head, large], api_name="attention_select",
+                               api_visibility="private", **ctx.cheap())
+    ctx.model_changed.change(handlers.model_changed, None, status, api_name="attention_model_changed",
+                             api_visibility="private", **ctx.cheap())
+    return Page(layer, head, query, head_picked), analysed

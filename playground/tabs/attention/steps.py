@@ -1,0 +1,114 @@
+"""Inside one head, step by step: the arithmetic of one head for one query token of the analysed
+text, in the model's own numbers (q, every k, q.k, the division by the square root of d, the mask,
+the softmax, the values), with what the weights would be without the scaling and without the mask.
+Api `/head_steps`; once shown, the steps follow the analysis's pickers.
+Never imports another section: it reads the analysis's pickers through the layout's `Page`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gradio as gr
+
+from core.interventions import HeadSteps, head_steps
+from core.tokenizers import Tokenizer
+from playground import validate
+from playground.context import AppContext
+from playground.figures import attention as figures
+from playground.figures import inside
+from playground.tabs.attention.common import AttentionBase, Page, flag, md, plot
+
+# What a new analysis clears, by output (`build` returns the components under these names).
+CLEARED = {"note": "", "table": None, "vectors": None}
+STEPS_HELP = (
+    "The arithmetic of one head for one query token, in the model's own numbers: pick the **Layer**, "
+    "**Head** and **Query token** above (the steps follow them once shown). Cells are rounded; hover for "
+    "the exact value. The toggles add what the weights would be without the division by √d, and without "
+    "the causal mask."
+)
+
+
+class Handlers(AttentionBase):
+    """Show the steps, and follow the pickers once they are shown."""
+
+    def head_steps(self, layer, head, query, without_scale, without_mask, request: gr.Request):
+        """One head's arithmetic for one query token of the analysed text: a note, the table of
+        scores and weights (the toggles add the weights without sqrt(d), without the mask), the vectors."""
+        with self._current(request) as (_, analysis, reading):
+            layer, head = self._layer_head(analysis, layer, head)
+            query = validate.integer(query, "Query token", 0, len(analysis.ids) - 1)
+            without_scale = flag(without_scale, "Without ÷√d")
+            without_mask = flag(without_mask, "Without the mask")
+            with validate.user_errors():
+                steps = head_steps(reading.model, analysis.ids, layer, head, query)
+            analysis.results["steps"] = steps
+        return (
+            _steps_note(steps, analysis.labels, without_scale, without_mask),
+            inside.steps_table(steps, analysis.labels, without_scale=without_scale, without_mask=without_mask),
+            inside.steps_vectors(steps, analysis.labels),
+        )
+
+    def follow_pickers(self, layer, head, query, without_scale, without_mask, request: gr.Request):
+        """The pickers moved: redraw the steps if they are shown for this analysis, else nothing
+        (and nothing while the session trains: moving a picker must not raise a message about it)."""
+        session = self.ctx.registry.get(request)
+        analysis = session.attention
+        if analysis is None or "steps" not in analysis.results or not analysis.of(session.reading) or session.busy:
+            return gr.skip(), gr.skip(), gr.skip()
+        return self.head_steps(layer, head, query, without_scale, without_mask, request)
+
+    def exported(self, results: dict, tokenizer: Tokenizer) -> dict:
+        mine = {"head_steps": results["steps"].to_dict()} if "steps" in results else {}
+        return {**mine, **super().exported(results, tokenizer)}
+
+
+def _steps_note(steps: HeadSteps, labels: list[str], without_scale: bool, without_mask: bool) -> str:
+    """What the step-by-step table shows, and what each toggle changes."""
+    names = figures.axis_labels(labels, [(t, t + 1) for t in range(len(labels))])
+    d, query, weight = steps.q.numel(), steps.query, steps.weights.max().item()
+    strongest = md(names[int(steps.weights.argmax())])
+    lines = [f"**Layer {steps.layer}, head {steps.head}, query {md(names[query])}**, head size d = {d}. "
+             f"The query's vector q meets every key k (q·k), the products are divided by √d = {math.sqrt(d):.3g}, "
+             f"the keys after the query get -∞ (the mask) and the softmax turns the rest into weights: the "
+             f"**softmax** column is row {md(names[query])} of the head's heatmap above (largest: {weight:.3f} "
+             f"on {strongest}). The head's output is the values added up with these weights."]
+    if without_scale:
+        lines.append(f"**Without ÷√d** the scores would be {math.sqrt(d):.3g} times larger and the largest "
+                     f"weight {steps.weights_unscaled.max().item():.3f} instead of {weight:.3f}: the softmax "
+                     "sharpens, and in a wide head it saturates on one key, where learning through it stalls.")
+    if without_mask:
+        if query == len(labels) - 1:
+            lines.append("**Without the mask** nothing changes for the last token: no token comes after it. "
+                         "Pick an earlier query token to see the future leak in.")
+        else:
+            future = steps.weights_unmasked[query + 1:].sum().item()
+            later = f"later tokens (#{query + 1} to #{len(labels) - 1})"
+            if future < 0.0005:
+                lines.append(f"**Without the mask** {md(names[query])} would still put almost nothing ({future:.1e}) "
+                             f"on {later}: this head's scores keep it on the past here, but only the mask "
+                             "guarantees it, in training too.")
+            else:
+                lines.append(f"**Without the mask** {md(names[query])} would put {future:.3f} of its attention on "
+                             f"{later}: it would see the future, which it cannot do while it writes a text, and "
+                             "training would teach it to copy the answer.")
+    return "  \n".join(lines)
+
+
+def build(ctx: AppContext, handlers: Handlers, page: Page) -> dict[str, gr.Component]:
+    with gr.Accordion("Inside one head: step by step", open=False, elem_id="steps-section"):
+        gr.Markdown(STEPS_HELP)
+        with gr.Row(equal_height=True):
+            without_scale = gr.Checkbox(label="Also without ÷√d", elem_id="steps-no-scale")
+            without_mask = gr.Checkbox(label="Also without the mask", elem_id="steps-no-mask")
+            run = gr.Button("Show the steps", variant="primary", elem_id="steps-run")
+        shown = dict(note=gr.Markdown(elem_id="steps-note"), table=plot("Step by step", "steps-table"),
+                     vectors=plot("The vectors", "steps-vectors"))
+    inputs, outputs = [page.layer, page.head, page.query, without_scale, without_mask], list(shown.values())
+    page.head_picked.success(handlers.follow_pickers, inputs, outputs, api_name="attention_steps_follow_table",
+                             api_visibility="private", **ctx.heavy("attention"))
+    gr.on([page.layer.input, page.head.input, page.query.input], handlers.follow_pickers, inputs, outputs,
+          api_name="attention_steps_follow", api_visibility="private", **ctx.heavy("attention"))
+    gr.on([run.click, without_scale.input, without_mask.input], handlers.head_steps, inputs, outputs,
+          api_name="head_steps", **ctx.heavy("attention"))
+    return shown
