@@ -13,9 +13,18 @@ from dataclasses import dataclass
 
 from core.device import DTYPES
 
-# "gelu_tanh": GELU through tanh, the approximation GPT-2 was trained with (Hugging Face calls
-# it "gelu_new"); pretrained GPT-2 weights need it to give GPT-2's outputs.
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+# The feed-forward's activation. "gelu_tanh": GELU through tanh, the approximation GPT-2 was trained
+# with (Hugging Face calls it "gelu_new"); pretrained GPT-2 weights need it to give GPT-2's outputs.
+# "swiglu": Llama's gated layer, SiLU(x W_gate) * (x W_up), with a hidden size of about 8/3 n_embd
+# (instead of 4 n_embd) so that its three matrices hold about as many weights as GELU's two.
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "swiglu")
+# Where a token learns its position. "learned": GPT-2's table of position embeddings added to the
+# token's; "rope": each head's query and key rotated by an angle proportional to the position
+# (Su et al. 2021; Llama), so q.k depends on the distance alone; "alibi": no embedding, a fixed
+# penalty on the scores that grows linearly with the distance, one slope per head (Press et al. 2022);
+# "none": nothing, only the causal mask leaks some order.
+POSITIONS = ("learned", "rope", "alibi", "none")
+NORMS = ("layernorm", "rmsnorm")  # RMSNorm: Llama's, no mean subtraction and no bias
 # How the weights start. "gpt2": N(0, 0.02), the projections into the residual stream scaled down
 # (GPT-2, nanoGPT). "pytorch": PyTorch's own layer defaults, which the lecture's early stages use:
 # embeddings N(0, 1), Linear weights U(+-1/sqrt(fan_in)). Without residual connections the small
@@ -37,8 +46,16 @@ class GPTConfig:
     activation: str = "gelu"
     tie_weights: bool = False  # share token embedding and LM head weights (GPT-2 does)
     init: str = "gpt2"  # see INITS
-    # The seeds' progression: each switch removes one idea from the full GPT.
-    use_position_embedding: bool = True
+    # Today's parts (Llama and its family); the defaults are GPT-2's.
+    position: str = "learned"  # see POSITIONS
+    rope_base: float = 10000.0  # RoPE's base: pair i of a head's channels turns by position * base^(-2i / D)
+    norm: str = "layernorm"  # see NORMS
+    norm_eps: float = 1e-5
+    n_kv_head: int | None = None  # key/value heads that query heads share in groups (1: multi-query); None = n_head
+    window: int | None = None  # sliding window: a query sees at most this many keys, itself included; None = all
+    mlp_hidden: int | None = None  # the feed-forward's hidden size; None = 4 n_embd, or about 8/3 n_embd for swiglu
+    # The seeds' progression: each switch removes one idea from the full GPT (positions: position="none";
+    # the stages after "+ position embeddings" keep whichever scheme the config has).
     use_attention: bool = True
     use_feed_forward: bool = True
     use_residual: bool = True  # residual connections + pre-LayerNorm (and the final LayerNorm)
@@ -64,20 +81,56 @@ class GPTConfig:
                 raise ValueError(f"{field.name} must be True or False, got {getattr(self, field.name)!r}")
         if self.init not in INITS:
             raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {ACTIVATIONS}, got {self.activation!r}"
-            )
+        for name, allowed in (("activation", ACTIVATIONS), ("position", POSITIONS), ("norm", NORMS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        for name in ("rope_base", "norm_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        for name in ("n_kv_head", "window", "mlp_hidden"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        if self.n_head % self.kv_heads != 0:
+            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_head}): "
+                             "query heads share key/value heads in equal groups")
+        if self.position == "rope" and self.head_size % 2:
+            raise ValueError(f"rotary positions turn pairs of channels: the head size ({self.head_size}) must be even")
 
     @property
     def head_size(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: n_kv_head, or one per query head (multi-head attention, GPT-2)."""
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
+
+    @property
+    def use_position_embedding(self) -> bool:
+        """Whether a token knows its position at all (the Train tab's break-it switch reads this)."""
+        return self.position != "none"
+
+    @property
+    def ffn_hidden(self) -> int:
+        """The feed-forward's hidden size: `mlp_hidden`, else 4 n_embd, or for SwiGLU's three matrices
+        8/3 n_embd rounded up to a multiple of 8 (3 x 8/3 = 8 n_embd^2 weights, as GELU's 2 x 4)."""
+        if self.mlp_hidden is not None:
+            return self.mlp_hidden
+        return 8 * math.ceil(8 * self.n_embd / 3 / 8) if self.activation == "swiglu" else 4 * self.n_embd
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict) -> "GPTConfig":
+        values = dict(values)
+        if "use_position_embedding" in values:  # checkpoints written before `position` existed
+            legacy = values.pop("use_position_embedding")
+            if legacy not in (True, False):
+                raise ValueError(f"use_position_embedding must be true or false, got {legacy!r}")
+            values.setdefault("position", "learned" if legacy else "none")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - known
         if unknown:
@@ -106,29 +159,29 @@ _LECTURE_EARLY = dict(use_residual=False, n_layer=1, init="pytorch")
 STAGES: dict[str, Stage] = {
     "bigram": Stage(
         "Bigram", "each token predicts the next from its own embedding alone.",
-        dict(use_position_embedding=False, use_attention=False, use_feed_forward=False, **_LECTURE_EARLY), 2.48,
+        dict(position="none", use_attention=False, use_feed_forward=False, **_LECTURE_EARLY), 2.48,
     ),
     "positions": Stage(
         "+ position embeddings",
         "the model knows where a token sits, but tokens still cannot talk: no better than the bigram yet.",
-        dict(use_position_embedding=True, use_attention=False, use_feed_forward=False, **_LECTURE_EARLY), None,
+        dict(position="learned", use_attention=False, use_feed_forward=False, **_LECTURE_EARLY), None,
     ),
     "one_head": Stage(
         "+ one self-attention head", "tokens gather information from earlier tokens.",
-        dict(use_position_embedding=True, use_attention=True, use_feed_forward=False, n_head=1, **_LECTURE_EARLY),
+        dict(use_attention=True, use_feed_forward=False, n_head=1, **_LECTURE_EARLY),
         2.40,
     ),
     "multi_head": Stage(
         "+ multi-head attention", "several smaller heads look for different things in parallel.",
-        dict(use_position_embedding=True, use_attention=True, use_feed_forward=False, **_LECTURE_EARLY), 2.28,
+        dict(use_attention=True, use_feed_forward=False, **_LECTURE_EARLY), 2.28,
     ),
     "feed_forward": Stage(
         "+ feed-forward", "each token thinks about what it gathered.",
-        dict(use_position_embedding=True, use_attention=True, use_feed_forward=True, **_LECTURE_EARLY), 2.24,
+        dict(use_attention=True, use_feed_forward=True, **_LECTURE_EARLY), 2.24,
     ),
     "gpt": Stage(
         "+ residual connections and LayerNorm", "the full GPT: blocks stack, and deeper trains better.",
-        dict(use_position_embedding=True, use_attention=True, use_feed_forward=True, use_residual=True), 2.08,
+        dict(use_attention=True, use_feed_forward=True, use_residual=True), 2.08,
     ),
 }
 

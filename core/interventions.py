@@ -69,11 +69,12 @@ class HeadSteps:
     layer: int
     head: int
     query: int
-    q: torch.Tensor  # (D,) the query token's query vector
-    k: torch.Tensor  # (T, D) every token's key
+    q: torch.Tensor  # (D,) the query token's query vector (rotated by its position, with RoPE)
+    k: torch.Tensor  # (T, D) every token's key (likewise; with grouped queries, its group's key head)
     scores: torch.Tensor  # (T,) q . k for every key
     scaled: torch.Tensor  # (T,) scores / sqrt(D): keeps the softmax from saturating as D grows
-    masked: torch.Tensor  # (T,) scaled, with -inf on the keys after the query (the causal mask)
+    masked: torch.Tensor  # (T,) scaled, -inf on the keys the mask hides (after the query; beyond a window),
+    # minus ALiBi's distance penalty where positions are ALiBi
     weights: torch.Tensor  # (T,) softmax(masked): the row of the head's heatmap
     values: torch.Tensor  # (T, D) every token's value vector
     weighted: torch.Tensor  # (T, D) each value times its weight
@@ -106,25 +107,27 @@ def head_steps(model: GPT, ids: list[int], layer: int, head: int, query: int) ->
             model(idx)
     finally:
         handle.remove()
-    x = seen[0][0]  # (T, C): the layer's input, after its LayerNorm
-    C, D = x.size(-1), model.config.head_size
+    x = seen[0]  # (1, T, C): the layer's input, after its norm
+    T, D = len(ids), model.config.head_size
     with torch.no_grad():
-        heads = slice(head * D, (head + 1) * D)
-        q_all, k, v = (part[:, heads] for part in attn.qkv(x).split(C, dim=-1))  # each (T, D)
-        q = q_all[query]
+        q_all, k_all, v_all, _ = attn.heads(x)  # (1, H, T, D): rotated where positions are rotary
+        q, k, v = q_all[0, head, query], k_all[0, head], v_all[0, head]  # (D,), (T, D), (T, D)
         scores = k @ q  # (T,)
         scaled = scores / math.sqrt(D) if model.config.scale_attention else scores  # as the model does
-        # the causal mask hides the keys after the query (a model built without it hides none)
-        future = torch.arange(len(ids), device=x.device) > query if model.config.causal else \
-            torch.zeros(len(ids), dtype=torch.bool, device=x.device)
-        masked = scaled.masked_fill(future, float("-inf"))
+        # The mask hides the keys after the query (a model built without it hides none) and, with a
+        # sliding window, those too far back; ALiBi subtracts a penalty that grows with the distance.
+        bias = attn.score_bias(T, 0, x.device)  # (H or 1, T, T) or None
+        row = torch.zeros(T, device=x.device) if bias is None else bias[head if bias.size(0) > 1 else 0, query]
+        hidden = torch.isinf(row)
+        distance = row.masked_fill(hidden, 0.0)  # ALiBi's penalty alone (zeros without ALiBi)
+        masked = scaled + row
         weights = F.softmax(masked, dim=-1)
         weighted = weights[:, None] * v
     return HeadSteps(
         layer, head, query, q.cpu(), k.cpu(), scores.cpu(), scaled.cpu(), masked.cpu(), weights.cpu(), v.cpu(),
         weighted.cpu(), weighted.sum(0).cpu(),
-        weights_unscaled=F.softmax(scores.masked_fill(future, float("-inf")), dim=-1).cpu(),
-        weights_unmasked=F.softmax(scaled, dim=-1).cpu(),
+        weights_unscaled=F.softmax(scores + row, dim=-1).cpu(),
+        weights_unmasked=F.softmax(scaled + distance, dim=-1).cpu(),
     )
 
 
@@ -217,7 +220,10 @@ def importance_macs(config: GPTConfig, n_tokens: int) -> int:
     layers from its own to the last, then the unembedding. (GPT-2 small: ~12 G per token; a 6-layer
     model of 256 channels: ~0.1 G.) A server caps the tokens by it."""
     C, L, H = config.n_embd, config.n_layer, config.n_head
-    per_layer = 12 * C * C + 2 * C * n_tokens  # qkv, projection, feed-forward (4C); the attention itself
+    kv = config.kv_heads * config.head_size  # channels of the keys, and of the values
+    feed_forward = (3 if config.activation == "swiglu" else 2) * C * config.ffn_hidden
+    # qkv, projection, feed-forward; the attention itself
+    per_layer = C * (C + 2 * kv) + C * C + feed_forward + 2 * C * n_tokens
     per_head_copy = sum((L - layer) * per_layer + config.vocab_size * C for layer in range(L))
     return H * n_tokens * per_head_copy
 

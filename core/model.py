@@ -39,8 +39,9 @@ class HookPoint(nn.Identity):
 class KVCache:
     """Keys and values of the positions seen so far, one (k, v) pair per layer.
 
-    Each tensor is (B, H, T_seen, D). Positions are absolute, so a cache is only valid
-    for the exact prefix it was built from; `core.sample` rebuilds it when the window moves.
+    Each tensor is (B, KV, T_seen, D), one per key/value head (fewer than the query heads with grouped
+    queries), keys already rotated where positions are rotary. Positions are absolute, so a cache is
+    only valid for the exact prefix it was built from; `core.sample` rebuilds it when the window moves.
     """
 
     def __init__(self, n_layer: int) -> None:
@@ -60,15 +61,42 @@ class KVCache:
         return k, v
 
 
+def alibi_slopes(n_head: int) -> torch.Tensor:
+    """ALiBi's slope for each head (Press et al. 2022): for n heads a power of two, the geometric
+    sequence 2^(-8/n), 2^(-16/n), ..., 2^(-8); otherwise those of the power of two just below, then
+    every other slope of the next power of two, as the paper's code does."""
+    def powers(n: int) -> list[float]:
+        return [2 ** (-8 * (i + 1) / n) for i in range(n)]
+    below = 2 ** math.floor(math.log2(n_head))
+    slopes = powers(below) + powers(2 * below)[0::2][: n_head - below]
+    return torch.tensor(slopes)
+
+
+def rotate(x: torch.Tensor, position: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotary position embedding of x (..., T, D) at absolute positions (T,): channel pairs (i, i + D/2)
+    turn by the angle position * base^(-2i/D), the half-split layout of Llama and Hugging Face."""
+    D = x.size(-1)
+    exact = torch.float64 if x.dtype == torch.float64 else torch.float32  # angles as Llama computes them
+    frequencies = base ** (-torch.arange(0, D, 2, device=x.device, dtype=exact) / D)  # (D/2,)
+    angles = position.to(exact)[:, None] * frequencies  # (T, D/2)
+    cos, sin = (t.repeat(1, 2).to(x.dtype) for t in (angles.cos(), angles.sin()))  # (T, D)
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-second, first), dim=-1) * sin
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.n_head = config.n_head
+        self.n_head, self.n_kv_head, self.head_size = config.n_head, config.kv_heads, config.head_size
         self.dropout = config.dropout
         self.causal = config.causal
+        self.window = config.window
         self.scale = None if config.scale_attention else 1.0  # None: 1/sqrt(D), as every GPT does
-        # query, key and value for all heads in one matrix
-        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.qkv_bias)
+        self.rope_base = config.rope_base if config.position == "rope" else None
+        self.alibi = config.position == "alibi"  # ALiBi's slopes are fixed, not learned: made when used
+        # query, key and value for all heads in one matrix (keys and values: one per key/value head)
+        kv_channels = self.n_kv_head * self.head_size
+        self.qkv = nn.Linear(config.n_embd, config.n_embd + 2 * kv_channels, bias=config.qkv_bias)
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
@@ -76,31 +104,68 @@ class CausalSelfAttention(nn.Module):
         self.hook_z = HookPoint()  # (B, H, T, D) each head's output: hooks may read or replace it
         self.fused = True  # False: always the explicit path (see GPT.explicit_attention)
 
+    def heads(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0):
+        """(q, k, v) of every query head, (B, H, T, D) and (B, H, past + T, D), and `past`, the
+        positions cached before x: keys rotated where positions are rotary, and each key/value head
+        repeated for the query heads of its group."""
+        B, T, C = x.shape
+        kv_channels = self.n_kv_head * self.head_size
+        q, k, v = self.qkv(x).split([C, kv_channels, kv_channels], dim=2)
+        # (B, T, C) -> (B, H, T, D); keys and values (B, KV, T, D)
+        q = q.view(B, T, self.n_head, self.head_size).transpose(1, 2)
+        k, v = (t.view(B, T, self.n_kv_head, self.head_size).transpose(1, 2) for t in (k, v))
+        past = 0 if cache is None else cache.seen(layer)
+        if self.rope_base is not None:
+            position = torch.arange(past, past + T, device=x.device)
+            q, k = rotate(q, position, self.rope_base), rotate(k, position, self.rope_base)
+        if cache is not None:
+            k, v = cache.extend(layer, k, v)  # (B, KV, past + T, D)
+        if self.n_kv_head != self.n_head:  # each key/value head serves a group of query heads
+            k, v = (t.repeat_interleave(self.n_head // self.n_kv_head, dim=1) for t in (k, v))
+        return q, k, v, past
+
+    def score_bias(self, T: int, past: int, device: torch.device) -> torch.Tensor | None:
+        """What is added to the scaled scores, (H or 1, T, past + T): -inf where a query may not look
+        (after it under the causal mask, beyond the window), ALiBi's distance penalty; None for none."""
+        query = torch.arange(past, past + T, device=device)[:, None]  # absolute positions
+        key = torch.arange(past + T, device=device)[None, :]
+        hidden = torch.zeros(T, past + T, dtype=torch.bool, device=device)
+        if self.causal:
+            hidden |= key > query
+        if self.window is not None:
+            hidden |= key <= query - self.window
+        if not self.alibi and not hidden.any():
+            return None
+        bias = torch.zeros(1, T, past + T, device=device).masked_fill(hidden, float("-inf"))
+        if self.alibi:
+            bias = bias - alibi_slopes(self.n_head).to(device)[:, None, None] * (query - key).abs()
+        return bias
+
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        # (B, T, C) -> (B, H, T, D)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        past = 0
-        if cache is not None:
-            past = cache.seen(layer)
-            k, v = cache.extend(layer, k, v)  # (B, H, past + T, D)
-
+        q, k, v, past = self.heads(x, cache, layer)
+        plain = not self.alibi and self.window is None  # GPT-2's attention: the causal mask at most
         if self.hook_pattern.active or self.hook_z.active or not self.fused:
             # Explicit path: the weights exist as a tensor that hooks can see.
             scale = 1 / math.sqrt(k.size(-1)) if self.scale is None else self.scale
             scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, past + T)
-            if self.causal:
+            if plain and self.causal:
                 scores = scores.masked_fill(~_causal_mask(T, past, x.device), float("-inf"))
+            elif not plain:
+                scores = scores + self.score_bias(T, past, x.device).to(scores.dtype)
             weights = self.hook_pattern(F.softmax(scores, dim=-1))
             y = self.hook_z(self.attn_dropout(weights) @ v)  # (B, H, T, D)
         else:
             # Fused path. With a cache, a single new token may see everything before it;
             # a chunk after a non-empty cache needs the offset mask.
             masked = self.causal and T > 1
-            mask = _causal_mask(T, past, x.device) if masked and past > 0 else None
+            if plain:
+                mask = _causal_mask(T, past, x.device) if masked and past > 0 else None
+            else:
+                mask = self.score_bias(T, past, x.device)
+                mask = None if mask is None else mask.to(q.dtype)
             y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=masked and past == 0,
+                q, k, v, attn_mask=mask, is_causal=plain and masked and past == 0,
                 dropout_p=self.dropout if self.training else 0.0, scale=self.scale,
             )
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble heads: (B, T, C)
@@ -117,19 +182,36 @@ ACTIVATION_LAYERS = {
     "gelu": nn.GELU,
     "gelu_tanh": functools.partial(nn.GELU, approximate="tanh"),
     "relu": nn.ReLU,
+    "swiglu": nn.SiLU,  # the gate's activation
 }
 
 
+def norm_layer(config: GPTConfig) -> nn.Module:
+    """The config's normalisation over channels: LayerNorm (GPT-2) or RMSNorm (Llama)."""
+    if config.norm == "rmsnorm":
+        return nn.RMSNorm(config.n_embd, eps=config.norm_eps)
+    return nn.LayerNorm(config.n_embd, eps=config.norm_eps, bias=config.bias)
+
+
 class FeedForward(nn.Module):
+    """act(x W_fc) W_proj; gated (SwiGLU) where W_fc holds two matrices side by side, the gate's and
+    the up projection's: SiLU(x W_gate) * (x W_up) W_proj."""
+
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gated = config.activation == "swiglu"
+        hidden = config.ffn_hidden
+        self.fc = nn.Linear(config.n_embd, 2 * hidden if self.gated else hidden, bias=config.bias)
         self.act = ACTIVATION_LAYERS[config.activation]()
-        self.proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.proj(self.act(self.fc(x))))
+        h = self.fc(x)  # (B, T, hidden), or (B, T, 2 hidden) gated
+        if self.gated:
+            gate, up = h.chunk(2, dim=-1)
+            return self.dropout(self.proj(self.act(gate) * up))
+        return self.dropout(self.proj(self.act(h)))
 
 
 class Block(nn.Module):
@@ -138,7 +220,7 @@ class Block(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.residual = config.use_residual
-        norm = (lambda: nn.LayerNorm(config.n_embd, bias=config.bias)) if self.residual else nn.Identity
+        norm = (lambda: norm_layer(config)) if self.residual else nn.Identity
         self.ln1, self.ln2 = norm(), norm()
         self.attn = CausalSelfAttention(config) if config.use_attention else None
         self.mlp = FeedForward(config) if config.use_feed_forward else None
@@ -162,14 +244,14 @@ class GPT(nn.Module):
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.n_embd)
         self.position_embedding = (
-            nn.Embedding(config.block_size, config.n_embd) if config.use_position_embedding else None
+            nn.Embedding(config.block_size, config.n_embd) if config.position == "learned" else None
         )
         self.dropout = nn.Dropout(config.dropout)
         self.hook_embed = HookPoint()  # (B, T, C) token + position embeddings: the stream before any block
         # A block with neither attention nor feed-forward would do nothing: the bigram stages have none.
         has_blocks = config.use_attention or config.use_feed_forward
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer if has_blocks else 0))
-        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias) if config.use_residual else nn.Identity()
+        self.ln_f = norm_layer(config) if config.use_residual else nn.Identity()
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.lm_head_bias)
         if config.tie_weights:
             self.lm_head.weight = self.token_embedding.weight

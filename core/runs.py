@@ -27,12 +27,13 @@ RUNS_KEPT = 4
 RUNS_BYTES = 2 * 2**20  # every kept run's attention together (sixty learners: 120 MiB at most)
 CURVE_POINTS = 600  # training-loss points kept per run: what a chart can show anyway
 # The settings a comparison may differ in, as a label names them: model fields (GPTConfig), then
-# training ones (TrainConfig). A switch reads "no causal mask" when off.
+# training ones (TrainConfig). A switch reads "no causal mask" when off, an option left out "no window".
 COMPARED = {
     "n_layer": "layers", "n_head": "heads", "n_embd": "channels", "block_size": "context", "dropout": "dropout",
-    "use_position_embedding": "position embeddings", "use_attention": "attention", "use_feed_forward": "feed-forward",
+    "position": "positions", "use_attention": "attention", "use_feed_forward": "feed-forward",
     "use_residual": "residual connections", "causal": "causal mask", "scale_attention": "√d scaling",
-    "activation": "activation", "init": "init", "batch_size": "batch", "learning_rate": "learning rate",
+    "activation": "activation", "init": "init", "norm": "norm", "n_kv_head": "grouped key/value heads",
+    "window": "window", "batch_size": "batch", "learning_rate": "learning rate",
     "seed": "seed", "weight_decay": "weight decay", "warmup_iters": "warmup", "grad_clip": "gradient clip",
 }
 
@@ -90,6 +91,8 @@ class RunRecord:
 
 
 def _phrase(label: str, value) -> str:
+    if value is None:  # an option left out: no window
+        return f"no {label}"
     if isinstance(value, bool):
         return label if value else f"no {label}"
     if isinstance(value, int) and label.endswith("s"):  # "4 heads", "1 head"

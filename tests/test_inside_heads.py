@@ -124,7 +124,7 @@ def test_the_logit_lens_last_depth_is_the_models_own_prediction():
     assert torch.allclose(lens.target_probs[-1], true, atol=1e-6)
     assert torch.equal(lens.target_ranks[-1], (probs[:-1] > true[:, None]).sum(-1))
     # without position embeddings the first row reads the token alone: token 1 at positions 1 and 3
-    blind = logit_lens(model_of(use_position_embedding=False), IDS)
+    blind = logit_lens(model_of(position="none"), IDS)
     assert torch.equal(blind.top_ids[0, 1], blind.top_ids[0, 3])
     assert torch.equal(blind.top_probs[0, 1], blind.top_probs[0, 3])
 

@@ -293,7 +293,7 @@ def test_without_position_embeddings_the_model_reads_a_bag_of_tokens():
     idx = torch.tensor([[3, 9, 4, 1, 7, 5]])
     shuffled = torch.tensor([[7, 1, 9, 3, 4, 5]])  # the same tokens before the same last one
     for positions in (True, False):
-        model = GPT(GPTConfig(**config, use_position_embedding=positions),
+        model = GPT(GPTConfig(**config, position="learned" if positions else "none"),
                     generator=torch.Generator().manual_seed(0)).eval()
         same = torch.allclose(model(idx)[0][0, -1], model(shuffled)[0][0, -1], atol=1e-5)
         assert same == (not positions)

@@ -79,5 +79,5 @@ class CheckpointHandlers(FormRules):
             "movie_note": NO_MOVIE, "movie_plot": note_figure(NO_REPLAY), "head_scores": note_figure(NO_SCORES),
             "tokenizer": tokenizer.spec()["kind"], "stage": stage_of(config) or "gpt",
             **{name: getattr(config, name) for name in MODEL_FIELDS},
-            **switches(config.to_dict(), stage_of(config)),  # a bigram's switches stay on: its stage has none
+            **switches(config, stage_of(config)),  # a bigram's switches stay on: its stage has none
         }

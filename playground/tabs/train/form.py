@@ -39,7 +39,8 @@ CORPUS_CHOICES = [(info.title, name) for name, info in CORPORA.items()] + [
 TOKENIZER_CHOICES = [("Characters", "char"), ("GPT-2 BPE (50,257 tokens)", "gpt2")]
 STAGE_CHOICES = [(f"{i + 1}. {stage.title}: {stage.description}", name) for i, (name, stage) in enumerate(STAGES.items())]
 SAMPLE_TOKENS = 120  # the live sample's length (the run decides when to draw one)
-# Break-it switches, GPTConfig fields: each removes something attention needs. (label, what to expect when off)
+# Break-it switches, each named after what it reads of a GPTConfig (`_switched_off`: what it sets when off):
+# each removes something attention needs. (label, what to expect when off)
 BREAK_IT = {
     "causal": ("Causal mask", "Off: every token also sees the future. The training loss collapses toward 0 while "
                               "generation is garbage: at generation time there is no future to copy."),
@@ -138,8 +139,11 @@ class Recipe:
         with validate.user_errors():
             # A stage's options win over the sliders (the one-head stage forces n_head=1); a break-it
             # switch turns a part off on top of the stage, never on where the stage leaves it out.
-            options = {**self.model, **STAGES[self.stage].options, **self.train}
-            options.update({name: options[name] and self.model[name] for name in BREAK_IT})
+            options = {**{k: v for k, v in self.model.items() if k not in BREAK_IT}, **STAGES[self.stage].options,
+                       **self.train}
+            for name in BREAK_IT:
+                if not self.model[name]:
+                    options.update(_switched_off(name))
             return preset_configs(self.preset, vocab_size, **options)
 
     @property
@@ -234,10 +238,11 @@ class FormRules:
         info = preset.description
         if reduced:
             info += f"\n\n⚠️ Reduced to this server's caps: {', '.join(reduced)} (lift them locally with `--no-caps`)."
-        stage = stage_of(GPTConfig(vocab_size=2, **model)) or "gpt"
+        config = GPTConfig(vocab_size=2, **model)
+        stage = stage_of(config) or "gpt"
         return {
             "preset_info": info, "corpus": preset.corpus, "tokenizer": preset.tokenizer,
-            "stage": stage, **capped, **switches(model, stage),
+            "stage": stage, **capped, **switches(config, stage),
             "dropout": model.get("dropout", 0.0), "learning_rate": train["learning_rate"],
             "warmup": train.get("warmup_iters", 0), "eval_interval": train.get("eval_interval", 100),
             "weight_decay": train.get("weight_decay", 0.1), "grad_clip": train.get("grad_clip", 1.0),
@@ -270,11 +275,18 @@ def _switch(value: Any, name: str) -> bool:
     return bool(validate.choice(value, name, (True, False)))
 
 
-def switches(model: dict, stage: str | None) -> dict[str, bool]:
-    """The break-it checkboxes that show a model's `GPTConfig` fields: off only where the model lacks a
-    part its stage has (a bigram has no position embedding by its stage, not by a switch)."""
-    options = STAGES[stage].options if stage else {}
-    return {name: bool(model.get(name, True)) or options.get(name) is False for name in BREAK_IT}
+def _switched_off(name: str) -> dict[str, Any]:
+    """The GPTConfig fields a break-it switch sets when it is off: the position switch reads
+    `GPTConfig.use_position_embedding`, which position "none" turns off; the others are fields."""
+    return {"position": "none"} if name == "use_position_embedding" else {name: False}
+
+
+def switches(config: GPTConfig, stage: str | None) -> dict[str, bool]:
+    """The break-it checkboxes that show a model: off only where the model lacks a part its stage has
+    (a bigram has no position embedding by its stage, not by a switch)."""
+    by_stage = GPTConfig(vocab_size=2, **STAGES[stage].options) if stage else None
+    return {name: bool(getattr(config, name)) or (by_stage is not None and not getattr(by_stage, name))
+            for name in BREAK_IT}
 
 
 def heads_for_stage(stage: str):
