@@ -1,7 +1,7 @@
 """The configurations: a model's (`GPTConfig`) and a training run's (`TrainConfig`), each validated
 when made, and the seeds' teaching progression as named stages of one model (`STAGES`).
 
-Imports the device names only. Never imports the model, the training loop, gradio or `playground`:
+Imports the device names only. Never imports the model, the training loop, gradio, plotly or `playground`:
 everything else is built from these.
 """
 

@@ -5,7 +5,7 @@
 
 The library never changes torch's thread count: a process running several trainings should set it
 (one thread per training avoids OpenMP oversubscription on a shared CPU).
-Imports torch only. Never imports the model, the training loop, gradio or `playground`.
+Imports torch only. Never imports the model, the training loop, gradio, plotly or `playground`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ function leaves the model as it found it: mode, weights and hooks.
     lens = logit_lens(model, ids)                              # the prediction read after every layer
 
 Shapes: L layers, H heads, T tokens, D head size, V vocabulary.
-Imports core's model and config. Never imports gradio, plotting or `playground`: core is the UI-free package.
+Imports core's model and config. Never imports the training loop, gradio, plotly or `playground`:
+core is the UI-free package.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ surprises, and shown in messages that reach users without flooding them.
     as_float(value)                  # a JSON number as a float; None for a string, a bool or a huge int
     shown(value)                     # repr, cut to 60 characters
 
-Imports nothing of the project. Never imports torch, gradio or `playground`: plain Python values only.
+Imports nothing of the project. Never imports torch, gradio, plotly or `playground`: plain Python values only.
 """
 
 from __future__ import annotations

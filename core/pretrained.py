@@ -1,4 +1,5 @@
-"""OpenAI's pretrained GPT-2 in this project's GPT, read from Hugging Face's safetensors files.
+"""Pretrained models in this project's GPT: OpenAI's GPT-2 and Llama-architecture models, read from
+Hugging Face's safetensors files.
 
     gpt2 = load_gpt2("gpt2")                # the Hub's 124M model (downloaded once, then cached)
     gpt2 = load_gpt2("/models/gpt2")        # a folder with config.json and model.safetensors
@@ -19,8 +20,25 @@ the Hub's original `gpt2` files have none); GPT-2's Conv1D layers store their we
 nn.Linear (out, in), so those are transposed; and the feed-forward's GELU is the tanh
 approximation GPT-2 was trained with (config.json's "gelu_new", our "gelu_tanh").
 
+Llama-architecture models (Llama, SmolLM2, Mistral) map onto the same GPT with today's options
+(`load_llama`): rotary positions, RMSNorm, SwiGLU, grouped queries, no biases. Their query, key and
+value projections are stacked into one `qkv`, the gate and up projections into one `fc`:
+
+    Hugging Face LlamaForCausalLM                           core.model.GPT
+    model.embed_tokens                                      token_embedding
+    model.layers.{i}.input_layernorm, .post_attention_layernorm   blocks.{i}.ln1, blocks.{i}.ln2
+    model.layers.{i}.self_attn.q_proj, k_proj, v_proj       blocks.{i}.attn.qkv (stacked, in that order)
+    model.layers.{i}.self_attn.o_proj                       blocks.{i}.attn.proj
+    model.layers.{i}.mlp.gate_proj, up_proj                 blocks.{i}.mlp.fc (stacked, gate first)
+    model.layers.{i}.mlp.down_proj                          blocks.{i}.mlp.proj
+    model.norm, lm_head                                     ln_f, lm_head (or tied to the embedding)
+
+    smol = load_llama("HuggingFaceTB/SmolLM2-135M")        # or a folder with config.json,
+                                                            # model.safetensors and tokenizer.json
+
 Weights are read only from safetensors files: a pickled checkpoint (pytorch_model.bin) can run
-code when it is loaded, so it is refused. The tokenizer is GPT-2's, vendored in `core.tokenizers`.
+code when it is loaded, so it is refused. GPT-2's tokenizer is vendored in `core.tokenizers`; a
+Llama model's is its own tokenizer.json, read with Hugging Face `tokenizers`.
 
 Never imports `transformers` (tests compare against it; the app does not need it), gradio, plotly or `playground`.
 """
@@ -43,10 +61,11 @@ from safetensors.torch import load_file
 
 from core.config import GPTConfig
 from core.model import GPT
-from core.tokenizers import GPT2Tokenizer
+from core.tokenizers import GPT2Tokenizer, HFTokenizer, Tokenizer
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"  # a Llama model's own tokenizer (Hugging Face `tokenizers`)
 INDEX_FILE = "model.safetensors.index.json"  # a sharded model: which shard holds each tensor
 PICKLED_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 DOWNLOAD_ADVICE = (
@@ -100,7 +119,7 @@ class PretrainedUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class Pretrained:
     model: GPT  # eval mode, no gradients: read-only, safe to share between users
-    tokenizer: GPT2Tokenizer
+    tokenizer: Tokenizer
     name: str  # what was asked for: a Hub repo id or a folder
     folder: Path  # where the files were read (for a Hub model, its snapshot in the cache)
 
@@ -177,38 +196,145 @@ def _our_name(name: str) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------- Llama-architecture models
+
+LLAMA_TYPES = ("llama", "mistral")  # config.json model_types of the same architecture
+# Hugging Face Llama module -> this project's module (weights only: Llama has no biases); {i} a block.
+LLAMA_MODULES = [
+    ("model.embed_tokens", "token_embedding"),
+    ("model.layers.{i}.input_layernorm", "blocks.{i}.ln1"),
+    ("model.layers.{i}.self_attn.o_proj", "blocks.{i}.attn.proj"),
+    ("model.layers.{i}.post_attention_layernorm", "blocks.{i}.ln2"),
+    ("model.layers.{i}.mlp.down_proj", "blocks.{i}.mlp.proj"),
+    ("model.norm", "ln_f"),
+    ("lm_head", "lm_head"),
+]
+# Projections stacked into one of ours, in this order: query, key, value; the gate, then up.
+LLAMA_STACKED = {
+    "blocks.{i}.attn.qkv": ("model.layers.{i}.self_attn.q_proj", "model.layers.{i}.self_attn.k_proj",
+                            "model.layers.{i}.self_attn.v_proj"),
+    "blocks.{i}.mlp.fc": ("model.layers.{i}.mlp.gate_proj", "model.layers.{i}.mlp.up_proj"),
+}
+LLAMA_IGNORED = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")  # old files' RoPE buffer
+# config.json's sizes -> GPTConfig's fields (all required).
+LLAMA_SIZES = {"vocab_size": "vocab_size", "max_position_embeddings": "block_size", "num_hidden_layers": "n_layer",
+               "num_attention_heads": "n_head", "hidden_size": "n_embd", "intermediate_size": "mlp_hidden"}
+
+
+def load_llama(name_or_path: str, *, cache_dir: str | Path | None = None) -> Pretrained:
+    """A pretrained Llama-architecture model (e.g. SmolLM2) from a local folder or a Hub repo id, with
+    its tokenizer from the folder's tokenizer.json. Raises as `load_gpt2` does."""
+    folder = Path(name_or_path).expanduser()
+    if not folder.is_dir():
+        folder = _download(name_or_path, cache_dir, (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE))
+    config = llama_config(_read_json(folder / CONFIG_FILE))
+    if not (folder / TOKENIZER_FILE).is_file():
+        raise ValueError(f"{folder} has no {TOKENIZER_FILE}: a Llama model's tokenizer comes with it")
+    tokenizer = HFTokenizer.from_file(folder / TOKENIZER_FILE)
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(f"{TOKENIZER_FILE} has {tokenizer.vocab_size:,} tokens, more than the model's "
+                         f"vocabulary of {config.vocab_size:,}")
+    state = convert_llama_state(_read_weights(folder), config)
+    return Pretrained(_build(config, state), tokenizer, name_or_path, folder)
+
+
+def llama_config(hf: dict) -> GPTConfig:
+    """The GPTConfig of a Hugging Face Llama config.json (as transformers 4 or 5 writes it)."""
+    if hf.get("model_type") not in LLAMA_TYPES:
+        raise ValueError(f"config.json's model_type is {hf.get('model_type')!r}: a Llama model is one of {LLAMA_TYPES}")
+    missing = [key for key in LLAMA_SIZES if key not in hf]
+    if missing:
+        raise ValueError(f"config.json lacks {', '.join(missing)}")
+    for key, needed in (("hidden_act", "silu"), ("attention_bias", False), ("mlp_bias", False)):
+        if hf.get(key, needed) != needed:
+            raise ValueError(f"config.json sets {key}={hf[key]!r}: this GPT supports only {key}={needed!r}")
+    sizes = {ours: hf[theirs] for theirs, ours in LLAMA_SIZES.items()}
+    head_dim = hf.get("head_dim")
+    if head_dim is not None and head_dim * sizes["n_head"] != sizes["n_embd"]:
+        raise ValueError(f"config.json's head_dim {head_dim!r} is not hidden_size / num_attention_heads: "
+                         "this GPT's heads split the channels evenly")
+    kv_heads = hf.get("num_key_value_heads") or sizes["n_head"]
+    window = hf.get("sliding_window") if hf.get("use_sliding_window", True) else None
+    return GPTConfig(**sizes, dropout=0.0, bias=False, qkv_bias=False, lm_head_bias=False, activation="swiglu",
+                     tie_weights=bool(hf.get("tie_word_embeddings", False)), position="rope",
+                     rope_base=rope_theta(hf), norm="rmsnorm", norm_eps=hf.get("rms_norm_eps", 1e-6),
+                     n_kv_head=None if kv_heads == sizes["n_head"] else kv_heads, window=window)
+
+
+def rope_theta(hf: dict) -> float:
+    """RoPE's base from a config.json: transformers 5 writes `rope_parameters` ({"rope_theta", "rope_type"}),
+    transformers 4 `rope_theta` and `rope_scaling` at the top level. Only unscaled RoPE is supported."""
+    parameters = hf.get("rope_parameters") or {}
+    scaling = hf.get("rope_scaling") or {}
+    if not isinstance(parameters, dict) or not isinstance(scaling, dict):
+        raise ValueError("config.json's rope_parameters and rope_scaling must be objects")
+    kind = parameters.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
+    if kind != "default":
+        raise ValueError(f"config.json asks for {kind!r} RoPE scaling: this GPT supports only plain RoPE")
+    return float(parameters.get("rope_theta", hf.get("rope_theta", 10000.0)))
+
+
+def convert_llama_state(weights: dict[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
+    """Hugging Face Llama tensors -> this GPT's parameters (float32): renamed, q/k/v and gate/up stacked."""
+    rules = [(re.compile(re.escape(theirs).replace(r"\{i\}", r"(?P<i>\d+)") + r"\.weight"), ours)
+             for theirs, ours in LLAMA_MODULES]
+    state, unexpected = {}, []
+    for name, tensor in weights.items():
+        ours = next((rule.format(i=m.groupdict().get("i")) + ".weight"
+                     for pattern, rule in rules if (m := pattern.fullmatch(name))), None)
+        if ours is not None:
+            state[ours] = tensor.to(torch.float32, memory_format=torch.contiguous_format, copy=True)
+        elif not LLAMA_IGNORED.fullmatch(name) and not _stacked_part(name):
+            unexpected.append(name)
+    if unexpected:
+        raise ValueError(f"unexpected tensors in the Llama weights: {_listed(unexpected)}")
+    for layer in range(config.n_layer):
+        for ours, parts in LLAMA_STACKED.items():
+            names = [part.format(i=layer) + ".weight" for part in parts]
+            if all(name in weights for name in names):  # a missing part: _build names what is missing
+                state[ours.format(i=layer) + ".weight"] = torch.cat([weights[name].to(torch.float32) for name in names])
+    return state
+
+
+def _stacked_part(name: str) -> bool:
+    return any(re.fullmatch(re.escape(part).replace(r"\{i\}", r"\d+") + r"\.weight", name)
+               for parts in LLAMA_STACKED.values() for part in parts)
+
+
 def _build(config: GPTConfig, state: dict[str, torch.Tensor]) -> GPT:
     """The GPT of `config` holding `state`, in eval mode and without gradients."""
     with torch.device("meta"):
         model = GPT(config)  # shapes only: no memory, no random draws; every weight comes from `state`
-    expected = {name: p.shape for name, p in model.named_parameters()}  # the tied head only once
+    expected = {name: p.shape for name, p in model.named_parameters()}  # a tied head only once
     missing = [name for name in expected if name not in state]
     if missing:
-        raise ValueError(f"the GPT-2 weights lack {_listed(missing)}")
+        raise ValueError(f"the weights lack {_listed(missing)}")
     wrong = [f"{name} {tuple(state[name].shape)} (expected {tuple(shape)})"
              for name, shape in expected.items() if state[name].shape != shape]
     if wrong:
-        raise ValueError(f"GPT-2 tensors of the wrong shape for config.json: {_listed(wrong)}")
-    model.load_state_dict({**state, "lm_head.weight": state["token_embedding.weight"]}, assign=True)
-    model.lm_head.weight = model.token_embedding.weight  # assigning gave each its own Parameter: tie again
+        raise ValueError(f"tensors of the wrong shape for config.json: {_listed(wrong)}")
+    if config.tie_weights:
+        state = {**state, "lm_head.weight": state["token_embedding.weight"]}
+    model.load_state_dict(state, assign=True)
+    if config.tie_weights:
+        model.lm_head.weight = model.token_embedding.weight  # assigning gave each its own Parameter: tie again
     return model.eval().requires_grad_(False)
 
 
-def _download(repo_id: str, cache_dir: str | Path | None) -> Path:
-    """Fetch config.json and model.safetensors of a Hub repo (or find them in the cache) -> their folder."""
+def _download(repo_id: str, cache_dir: str | Path | None, files: tuple[str, ...] = (CONFIG_FILE, WEIGHTS_FILE)) -> Path:
+    """Fetch `files` of a Hub repo (or find them in the cache) -> their folder."""
     # huggingface_hub reads HF_HUB_OFFLINE once, when imported; read it now too. Without a network it
     # retries five times with back-off (24 s before it gives up): a Hub whose name does not even resolve
     # is offline at once, and the files come from the cache if they are there.
     offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} or not _hub_resolves()
     try:
-        paths = [hf_hub_download(repo_id, name, cache_dir=cache_dir, local_files_only=offline)
-                 for name in (CONFIG_FILE, WEIGHTS_FILE)]
+        paths = [hf_hub_download(repo_id, name, cache_dir=cache_dir, local_files_only=offline) for name in files]
     except HFValidationError:
         raise ValueError(f"{repo_id!r} is neither a folder here nor a Hugging Face Hub repo id") from None
     # Offline mode, no connection, no such repo or file: huggingface_hub raises OSErrors for them all.
     except (OSError, XetDownloadError) as error:
         raise PretrainedUnavailable(
-            f"The GPT-2 weights {repo_id!r} could not be downloaded from the Hugging Face Hub "
+            f"The weights {repo_id!r} could not be downloaded from the Hugging Face Hub "
             f"({type(error).__name__}: {error}). {DOWNLOAD_ADVICE}"
         ) from error
     return Path(paths[0]).parent

@@ -4,8 +4,10 @@
   (also the small-alphabet tokenizer of the baby GPT: `CharTokenizer("01")`).
 - `GPT2Tokenizer`: GPT-2's byte-pair encoding through tiktoken, built offline from the
   rank file vendored in `assets/gpt2/`.
+- `HFTokenizer`: a pretrained Llama-family model's own tokenizer.json, through Hugging Face `tokenizers`.
 
-Each tokenizer describes itself as a small JSON-able `spec` so a checkpoint can rebuild it.
+Each tokenizer describes itself as a small JSON-able `spec` so a checkpoint can rebuild it (a
+pretrained model's own tokenizer excepted: those models are read, never saved).
 
 Imports nothing of the project. Never imports the model, gradio, plotly or `playground`.
 """
@@ -18,6 +20,8 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Protocol
+
+import tokenizers
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 GPT2_RANKS_PATH = ASSETS / "gpt2" / "r50k_base.tiktoken"
@@ -137,6 +141,36 @@ class GPT2Tokenizer:
         return {"kind": "gpt2"}
 
 
+class HFTokenizer:
+    """A Hugging Face `tokenizers` tokenizer, read from a pretrained model's tokenizer.json (SmolLM2's
+    49,152-token byte-level BPE, say). Special tokens in text are encoded as text, as the other
+    tokenizers do; a model's own special tokens still decode."""
+
+    def __init__(self, tokenizer: tokenizers.Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self.vocab_size = tokenizer.get_vocab_size()
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "HFTokenizer":
+        try:
+            return cls(tokenizers.Tokenizer.from_file(str(path)))
+        except Exception as error:  # tokenizers raises a bare Exception for a file it cannot parse
+            raise ValueError(f"{path} is not a tokenizer.json that Hugging Face tokenizers can read: {error}") from None
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=False)
+
+    def token_label(self, token_id: int) -> str:
+        return visible(self.decode([token_id]))
+
+    def spec(self) -> dict:
+        # Not rebuilt from a spec: its vocabulary is the pretrained model's file, which checkpoints never hold.
+        return {"kind": "huggingface", "vocab_size": self.vocab_size}
+
+
 def tokenizer_from_spec(spec: dict) -> Tokenizer:
     kind = spec.get("kind") if isinstance(spec, dict) else None
     if kind == "char":
@@ -146,6 +180,8 @@ def tokenizer_from_spec(spec: dict) -> Tokenizer:
         return CharTokenizer(chars)
     if kind == "gpt2":
         return GPT2Tokenizer()
+    if kind == "huggingface":
+        raise ValueError("a pretrained model's own tokenizer cannot be rebuilt from a checkpoint")
     raise ValueError(f"unknown tokenizer spec: {spec!r}")
 
 

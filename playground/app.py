@@ -25,7 +25,6 @@ import torch
 from core.schedule import FairShare
 from playground.context import AppContext
 from playground.errors import GuardedBlocks, harden
-from playground.pretrained import SharedGPT2
 from playground.sessions import SessionRegistry, release_memory
 from playground.settings import Settings
 from playground.tabs import attention, baby, generate, ladder, train
@@ -75,8 +74,7 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
         model_changed = gr.Textbox(visible=False, elem_id="model-changed")
         with gr.Tabs() as tabs:
             ctx = AppContext(settings=settings, registry=registry, share=FairShare(settings.train_slots),
-                             model_changed=model_changed, tabs=tabs, demo=demo,
-                             gpt2=SharedGPT2(settings.gpt2_weights))  # loaded when a session first reads it
+                             model_changed=model_changed, tabs=tabs, demo=demo)  # pretrained: loaded when read
             for tab_id, title, module in TABS:
                 with gr.Tab(title, id=tab_id, elem_id=f"tab-{tab_id}") as tab:
                     module.build(ctx)

@@ -12,7 +12,7 @@ components that tabs share.
                 ...
 
 Shared: `share`, the round-robin turns every training takes step by step (`core.schedule`), and
-`gpt2`, the one copy of the pretrained GPT-2's weights (`playground.pretrained`).
+`pretrained`, one copy of each pretrained model's weights (`playground.pretrained`).
 
 Shared components:
 - `model_changed`: a hidden Textbox the Train tab sets to a new value whenever the session's model
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 from core.schedule import FairShare
-from playground.pretrained import SharedGPT2
+from playground.pretrained import CATALOGUE, SharedPretrained
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
 
@@ -50,11 +50,13 @@ class AppContext:
     tabs: gr.Tabs
     demo: gr.Blocks | None = None  # for `ctx.demo.load(...)` (runs when a page opens)
     share: FairShare = field(default_factory=FairShare)  # turns for every session's training steps
-    gpt2: SharedGPT2 | None = None  # the pretrained GPT-2 every session may read (made from the settings if None)
+    # The pretrained models every session may read, by CATALOGUE key (made from the settings if None).
+    pretrained: dict[str, SharedPretrained] | None = None
 
     def __post_init__(self) -> None:
-        if self.gpt2 is None:
-            self.gpt2 = SharedGPT2(self.settings.gpt2_weights)
+        if self.pretrained is None:
+            self.pretrained = {key: SharedPretrained(kind, getattr(self.settings, kind.setting))
+                               for key, kind in CATALOGUE.items()}
 
     def heavy(self, kind: str) -> dict:
         """Event keyword arguments for a heavy event kind: at most N of them run at once."""

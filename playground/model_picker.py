@@ -1,12 +1,13 @@
-"""The "Model" picker at the top of Generate and Attention: the session's own model or GPT-2.
+"""The "Model" picker at the top of Generate and Attention: the session's own model or a pretrained one
+(every model of `playground.pretrained.CATALOGUE`, in its order).
 
     build(ctx, "generate")         # inside the tab's layout: the radio, its note, and their events
 
 Choosing sets `session.pretrained` and `ctx.model_changed` to a description of what the tabs now
-read, so every tab (and the other tab's picker) follows. When GPT-2 cannot be had, the picker goes
-back to "Your model" and its note says why.
+read, so every tab (and the other tab's picker) follows. When a pretrained model cannot be had, the
+picker goes back to "Your model" and its note says why, and what the learner can do meanwhile.
 
-Imports the context and the shared GPT-2 (`playground.pretrained`). Never imports a tab.
+Imports the context and the shared pretrained models (`playground.pretrained`). Never imports a tab.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import gradio as gr
 
 from playground import validate
 from playground.context import AppContext
-from playground.pretrained import describe, read_only_note, reading
+from playground.pretrained import CATALOGUE, describe, read_only_note, reading
 from playground.sessions import Session
 
-YOURS, GPT2 = "yours", "gpt2"
-CHOICES = [("Your model", YOURS), ("GPT-2 (pretrained)", GPT2)]
+YOURS = "yours"
+CHOICES = [("Your model", YOURS)] + [(kind.label, key) for key, kind in CATALOGUE.items()]
 
 
 class ModelPicker:
@@ -29,15 +30,16 @@ class ModelPicker:
         self.ctx = ctx
 
     def use_model(self, choice, request: gr.Request) -> tuple[str, str, str]:
-        """(the picker's value, the note under it, ctx.model_changed's new value). When GPT-2 cannot be
-        had, the picker goes back to "yours" with the reason in the note: it must show what is read."""
+        """(the picker's value, the note under it, ctx.model_changed's new value). When a pretrained model
+        cannot be had, the picker goes back to "yours" with the reason in the note: it must show what is read."""
         choice = validate.choice(choice, "Model", [value for _, value in CHOICES])
         session = self.ctx.registry.get(request)
         if choice == YOURS:
             session.pretrained = None
             return YOURS, "", self.described(session)
+        kind = CATALOGUE[choice]
         try:
-            gpt2 = self.ctx.gpt2.get()
+            pretrained = self.ctx.pretrained[choice].get()
         except gr.Error as error:
             gr.Warning(error.message)
             return YOURS, f"⚠️ {error.message}", self.described(session)  # nothing loaded: none was read
@@ -45,21 +47,23 @@ class ModelPicker:
             # It holds no weights of its own, but its analyses are the largest a session keeps (144 heads):
             # a slot, like any model, so a flood of sessions cannot fill the memory with them.
             self.ctx.registry.claim_model(session)
-            session.pretrained = reading(gpt2)
-        return GPT2, read_only_note(session.pretrained), self.described(session)
+        if session.pretrained is None or session.pretrained.source != choice:
+            session.pretrained = reading(kind, pretrained)
+        return choice, read_only_note(kind, session.pretrained), self.described(session)
 
     def follow(self, request: gr.Request) -> tuple[str, str]:
         """The picker and its note as the session's choice is now (after any tab changed the model)."""
         session = self.ctx.registry.peek(request)
         if session is None or session.pretrained is None:
             return YOURS, ""
-        return GPT2, read_only_note(session.pretrained)
+        source = session.pretrained.source
+        return source, read_only_note(CATALOGUE[source], session.pretrained)
 
     @staticmethod
     def described(session: Session) -> str:
         """What Generate and Attention read, in one line ('' when nothing)."""
         if session.pretrained is not None:
-            return describe(session.pretrained)
+            return describe(CATALOGUE[session.pretrained.source], session.pretrained)
         return "" if session.trained is None else session.trained.describe()
 
 
@@ -74,7 +78,8 @@ def build(ctx: AppContext, tab_id: str) -> gr.Radio:
             note = gr.Markdown("", elem_id=f"{tab_id}-model-note")
     api = dict(api_name="use_model") if tab_id == "generate" else dict(api_name=f"{tab_id}_use_model",
                                                                         api_visibility="private")
-    # Loading GPT-2 the first time takes seconds: it waits in line with the analyses, not the cheap events.
+    # Loading a pretrained model the first time takes seconds: it waits in line with the analyses, not the
+    # cheap events.
     choice.input(handlers.use_model, choice, [choice, note, ctx.model_changed], **api, **ctx.heavy("attention"))
     ctx.model_changed.change(handlers.follow, None, [choice, note], api_name=f"{tab_id}_model_follow",
                              api_visibility="private", **ctx.cheap())

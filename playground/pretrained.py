@@ -1,15 +1,16 @@
-"""OpenAI's pretrained GPT-2 as a model Generate and Attention can read: one copy of its weights for
-the whole server, and for each session that reads it a GPT module of its own over those weights.
+"""Pretrained models that Generate and Attention can read, declared once in `CATALOGUE` (OpenAI's GPT-2,
+Hugging Face's SmolLM2-135M): for each, one copy of its weights for the whole server, and for each
+session that reads it a GPT module of its own over those weights.
 
-    shared = SharedGPT2(settings.gpt2_weights)   # nothing loaded yet
-    gpt2 = shared.get()                          # loaded once (seconds), under a lock; gr.Error if it cannot be
-    session.pretrained = reading(gpt2)           # the session's own module: its hooks are its own
+    shared = SharedPretrained(CATALOGUE["gpt2"], settings.gpt2_weights)   # nothing loaded yet
+    model = shared.get()             # loaded once (seconds), under a lock; gr.Error if it cannot be
+    session.pretrained = reading(CATALOGUE["gpt2"], model)   # the session's own module: its hooks are its own
 
-GPT-2 is read-only: the Train tab trains only the session's own small model, and resets the choice
-when it makes or loads one. The picker that chooses it is `playground.model_picker`.
+They are read-only: the Train tab trains only the session's own small model, and resets the choice
+when it makes or loads one. The picker that chooses one is `playground.model_picker`.
 
 Imports core, the sessions and the settings. Never imports a tab, the model picker or
-`playground.context` (the context holds the shared copy made here).
+`playground.context` (the context holds the shared copies made here).
 """
 
 from __future__ import annotations
@@ -18,30 +19,63 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import gradio as gr
 
-from core.pretrained import CONFIG_FILE, WEIGHTS_FILE, Pretrained, PretrainedUnavailable, load_gpt2
+from core.pretrained import (
+    CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, Pretrained, PretrainedUnavailable, load_gpt2, load_llama,
+)
 from playground.sessions import TrainedModel, release_memory
 from playground.settings import ENV_PREFIX
 
-CORPUS_NAME = "WebText (OpenAI's GPT-2)"
 # A failed load is not tried again before this: a click must not start a 500 MB download each time.
 RETRY_AFTER_S = 60.0
-LOCAL_ADVICE = (
-    f"To use a local copy, start the app with {ENV_PREFIX}GPT2_WEIGHTS=/path/to/folder: a folder holding "
-    f"{CONFIG_FILE} and {WEIGHTS_FILE}, e.g. made with "
-    f"`huggingface-cli download gpt2 {CONFIG_FILE} {WEIGHTS_FILE} --local-dir /path/to/folder`."
-)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A pretrained model the app offers: how to load it, and how to name it."""
+
+    key: str  # the picker's value; the server's setting is `{key}_weights` (PLAYGROUND_{KEY}_WEIGHTS)
+    title: str  # "GPT-2"
+    maker: str  # who trained it
+    corpus: str  # on what, for display
+    load: Callable[[str], Pretrained]
+    repo: str  # its Hugging Face Hub repo id (the setting's default)
+    files: tuple[str, ...]  # what a local folder must hold
+
+    @property
+    def label(self) -> str:
+        return f"{self.title} (pretrained)"
+
+    @property
+    def setting(self) -> str:
+        return f"{self.key}_weights"
+
+    def local_advice(self) -> str:
+        """How an operator gives the server a local copy (the only way offline)."""
+        folder, files = "/path/to/folder", " ".join(self.files)
+        return (f"To use a local copy, start the app with {ENV_PREFIX}{self.setting.upper()}={folder}: a folder "
+                f"holding {', '.join(self.files)}, e.g. made with "
+                f"`huggingface-cli download {self.repo} {files} --local-dir {folder}`.")
+
+
+CATALOGUE: dict[str, Kind] = {kind.key: kind for kind in (
+    Kind("gpt2", "GPT-2", "OpenAI", "WebText", load_gpt2, "gpt2", (CONFIG_FILE, WEIGHTS_FILE)),
+    Kind("smollm2", "SmolLM2-135M", "Hugging Face", "SmolLM-Corpus", load_llama, "HuggingFaceTB/SmolLM2-135M",
+         (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)),
+)}
 
 log = logging.getLogger("playground")
 
 
-class SharedGPT2:
-    """The server's one copy of GPT-2's weights, loaded on first use (thread-safe); `get()` gives it or
-    raises gr.Error saying why it cannot be had and how to point the app at a local folder."""
+class SharedPretrained:
+    """The server's one copy of a pretrained model's weights, loaded on first use (thread-safe); `get()`
+    gives it or raises gr.Error saying why it cannot be had (the operator's advice goes to the log)."""
 
-    def __init__(self, weights: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, kind: Kind, weights: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.kind = kind
         self.weights = weights  # a Hub repo id or a local folder, from the server's settings
         self._clock = clock
         self._lock = threading.Lock()
@@ -55,37 +89,39 @@ class SharedGPT2:
             if self._failed is not None and self._clock() - self._failed[0] < RETRY_AFTER_S:
                 raise gr.Error(self._failed[1], print_exception=False)
             try:
-                self._loaded = load_gpt2(self.weights)
+                self._loaded = self.kind.load(self.weights)
             except (PretrainedUnavailable, ValueError) as error:
                 # the details (paths, causes) for the operator's log; the message below for the user
-                log.warning("GPT-2 from %r could not be loaded: %s", self.weights, error)
+                log.warning("%s from %r could not be loaded: %s", self.kind.title, self.weights, error)
                 why = ("it could not be downloaded from the Hugging Face Hub (is this server offline?)"
-                       if isinstance(error, PretrainedUnavailable) else "its files are not a GPT-2 this app can run")
-                message = f"GPT-2's weights are not available on this server: {why}. {LOCAL_ADVICE}"
+                       if isinstance(error, PretrainedUnavailable) else
+                       f"its files are not a {self.kind.title} this app can run")
+                message = f"{self.kind.title}'s weights are not available on this server: {why}. {self.kind.local_advice()}"
                 self._failed = (self._clock(), message)
                 raise gr.Error(message, print_exception=False) from None
             self._failed = None
-            release_memory()  # the file's tensors, transposed into new ones, are garbage: give their pages back
+            release_memory()  # the file's tensors, converted into new ones, are garbage: give their pages back
             return self._loaded
 
 
-def reading(gpt2: Pretrained) -> TrainedModel:
-    """What a session reads of GPT-2: a module of its own over the shared weights, nothing to train."""
-    return TrainedModel(gpt2.view(), gpt2.tokenizer, CORPUS_NAME)
+def reading(kind: Kind, pretrained: Pretrained) -> TrainedModel:
+    """What a session reads of a pretrained model: a module of its own over the shared weights, nothing to train."""
+    return TrainedModel(pretrained.view(), pretrained.tokenizer, f"{kind.corpus} ({kind.maker}'s {kind.title})",
+                        source=kind.key)
 
 
-def describe(gpt2: TrainedModel) -> str:
-    """One line about GPT-2 for the tabs (the value of ctx.model_changed)."""
-    c = gpt2.model.config
-    return (f"GPT-2 (pretrained by OpenAI on {CORPUS_NAME.split(' ')[0]}): {c.n_layer} layers x {c.n_head} heads, "
+def describe(kind: Kind, read: TrainedModel) -> str:
+    """One line about a pretrained model for the tabs (the value of ctx.model_changed)."""
+    c = read.model.config
+    heads = f"{c.n_head} heads" if c.kv_heads == c.n_head else f"{c.n_head} heads sharing {c.kv_heads} key/value heads"
+    return (f"{kind.title} (pretrained by {kind.maker} on {kind.corpus}): {c.n_layer} layers x {heads}, "
             f"{c.n_embd} channels, context {c.block_size}, vocabulary {c.vocab_size:,}; read-only: this server "
             "trains only small models, on the Train tab.")
 
 
-def read_only_note(gpt2: TrainedModel) -> str:
-    """Under the picker while GPT-2 is chosen: what it is, and why it cannot be trained here."""
-    params = gpt2.model.parameter_counts()["total"]
-    return (f"**GPT-2 is read-only here:** a small CPU server (a free Space has 2 cores) cannot train its "
-            f"{params / 1e6:,.0f}M parameters. Generate with it and look inside its "
-            f"{gpt2.model.config.n_layer * gpt2.model.config.n_head} heads; the **Train** tab trains your own small "
-            "model, and **Your model** reads it again.")
+def read_only_note(kind: Kind, read: TrainedModel) -> str:
+    """Under the picker while a pretrained model is chosen: what it is, and why it cannot be trained here."""
+    params, c = read.model.parameter_counts()["total"], read.model.config
+    return (f"**{kind.title} is read-only here:** a small CPU server (a free Space has 2 cores) cannot train its "
+            f"{params / 1e6:,.0f}M parameters. Generate with it and look inside its {c.n_layer * c.n_head} heads; "
+            "the **Train** tab trains your own small model, and **Your model** reads it again.")

@@ -85,7 +85,7 @@ def model_title(config: GPTConfig) -> str:
 class TrainedModel:
     """A session's GPT and what came with it: the Train tab makes it (training, or a loaded
     checkpoint) and continues it; Generate and Attention read its model and tokenizer. (A view over
-    the pretrained GPT-2 is one too, without trainer or history: see playground.pretrained.)"""
+    a pretrained model is one too, without trainer or history: see playground.pretrained.)"""
 
     model: Any  # core.model.GPT
     tokenizer: Any  # core.tokenizers.Tokenizer
@@ -96,6 +96,7 @@ class TrainedModel:
     resume_state: dict | None = None  # an uploaded checkpoint's training state, for the next Train
     movie: Any = None  # core.movie.AttentionMovie | None: its attention over training, continued by Train
     run: int = 0  # its number among the session's runs (core.runs.RunLog), to compare; 0: not a run yet
+    source: str | None = None  # a pretrained model's key (playground.pretrained.CATALOGUE); None: the session's own
 
     @property
     def step(self) -> int:
@@ -122,7 +123,7 @@ class Session:
     key: str  # the client's session hash: a dictionary key only, never part of a path
     id: str = field(default_factory=_server_id)  # made here: names the session's files
     trained: TrainedModel | None = None  # the session's GPT, if it has one (Train)
-    # The session's own view over the server's shared GPT-2 while Generate and Attention read it
+    # The session's own view over one of the server's shared pretrained models while Generate and Attention read it
     # instead of `trained` (playground.pretrained; Train sets it back to None when it makes a model).
     pretrained: TrainedModel | None = None
     # Randomness is per session so one user's draws do not depend on another's activity;
@@ -152,7 +153,7 @@ class Session:
 
     @property
     def reading(self) -> TrainedModel | None:
-        """What Generate and Attention read: the pretrained GPT-2 when chosen, else the session's own model."""
+        """What Generate and Attention read: a pretrained model when chosen, else the session's own model."""
         return self.pretrained or self.trained
 
     @property

@@ -64,10 +64,12 @@ class Settings:
     max_queue_size: int = 100
     # torch intra-op threads per process, see `playground.app.configure_torch`
     torch_threads: int = 1
-    # OpenAI's GPT-2 for Generate and Attention (playground.pretrained): a Hugging Face Hub repo id,
-    # downloaded on first use, or a local folder with config.json and model.safetensors (offline).
-    # Set by whoever runs the server, never by a client.
+    # The pretrained models of Generate and Attention (playground.pretrained.CATALOGUE), one field each:
+    # a Hugging Face Hub repo id, downloaded on first use, or a local folder with config.json and
+    # model.safetensors (and tokenizer.json for SmolLM2), for offline use. Set by whoever runs the server,
+    # never by a client.
     gpt2_weights: str = "gpt2"
+    smollm2_weights: str = "HuggingFaceTB/SmolLM2-135M"
     # True when the caps were lifted on purpose (a laptop), for messages only
     caps_lifted: bool = False
 

@@ -14,8 +14,8 @@ from core.config import GPTConfig
 from core.model import GPT
 from core.tokenizers import CharTokenizer
 from playground.context import AppContext
-from playground.model_picker import GPT2, YOURS, ModelPicker
-from playground.pretrained import SharedGPT2
+from playground.model_picker import YOURS, ModelPicker
+from playground.pretrained import CATALOGUE, SharedPretrained
 from playground.sessions import SessionRegistry, TrainedModel
 from playground.settings import Settings
 from playground.tabs.attention import AttentionHandlers
@@ -33,6 +33,8 @@ def save_tiny_gpt2(folder) -> str:
     config = transformers.GPT2Config(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
     transformers.GPT2LMHeadModel(config).save_pretrained(folder)
     return str(folder)
+
+GPT2 = "gpt2"  # the picker's value for GPT-2 (CATALOGUE's key)
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +64,7 @@ def test_gpt2_is_loaded_once_and_generate_and_attention_read_it(ctx):
     assert choice == GPT2 and "read-only" in note and "Train" in note
     assert described.startswith("GPT-2 (pretrained by OpenAI") and "2 layers x 4 heads, 32 channels, context 64" in described
     assert picker.follow("alice") == (GPT2, note)
-    shared = ctx.gpt2.get()
+    shared = ctx.pretrained[GPT2].get()
     session = ctx.registry.get("alice")
     assert session.trained is None and session.reading is session.pretrained and session.holds_model
     assert generated(ctx, "alice").startswith("5 tokens.")
@@ -72,7 +74,7 @@ def test_gpt2_is_loaded_once_and_generate_and_attention_read_it(ctx):
     status, grid, *_ = AttentionHandlers(ctx).analyse(TEXT, "alice")
     assert "2 layer(s) x 4 head(s)" in status
     assert session.attention.ids == shared.tokenizer.encode(TEXT)
-    assert ctx.gpt2.get() is shared  # one copy: loaded once
+    assert ctx.pretrained[GPT2].get() is shared  # one copy: loaded once
 
 
 def test_generation_caps_still_apply_to_gpt2(ctx):
@@ -88,9 +90,9 @@ def test_each_session_gets_its_own_module_over_the_same_weights(ctx):
     picker.use_model(GPT2, "alice")
     picker.use_model(GPT2, "bob")
     alice, bob = (ctx.registry.get(name).reading.model for name in ("alice", "bob"))
-    assert alice is not bob and alice is not ctx.gpt2.get().model
+    assert alice is not bob and alice is not ctx.pretrained[GPT2].get().model
     assert alice.token_embedding.weight.data_ptr() == bob.token_embedding.weight.data_ptr()
-    assert alice.blocks[1].mlp.fc.weight.data_ptr() == ctx.gpt2.get().model.blocks[1].mlp.fc.weight.data_ptr()
+    assert alice.blocks[1].mlp.fc.weight.data_ptr() == ctx.pretrained[GPT2].get().model.blocks[1].mlp.fc.weight.data_ptr()
 
 
 def test_one_sessions_hooks_do_not_touch_anothers_analysis(ctx):
@@ -111,7 +113,7 @@ def test_one_sessions_hooks_do_not_touch_anothers_analysis(ctx):
         handle.remove()
     assert not calls
     bob = ctx.registry.get("bob").attention
-    expected = attention_maps(ctx.gpt2.get().model, bob.ids)
+    expected = attention_maps(ctx.pretrained[GPT2].get().model, bob.ids)
     torch.testing.assert_close(bob.weights(), expected, atol=1e-3, rtol=0)  # kept as float16
     # and alice's knock-out (hooks on her module) leaves bob's tools alone
     attention.analyse(TEXT, "alice")
@@ -146,7 +148,7 @@ def test_an_analysis_of_gpt2_is_stale_once_the_session_reads_its_own_model(ctx):
 
 @pytest.mark.parametrize("bad", ["GPT2", "", None, 3, ["gpt2"], "gpt2 " * 1000])
 def test_a_bad_choice_is_refused_naming_the_field(ctx, bad):
-    with pytest.raises(gr.Error, match="Model must be one of yours, gpt2; got"):
+    with pytest.raises(gr.Error, match="Model must be one of yours, gpt2, smollm2; got"):
         ModelPicker(ctx).use_model(bad, "alice")
     assert ctx.registry.get("alice").pretrained is None
 
@@ -186,7 +188,7 @@ def test_unavailable_weights_say_how_to_use_a_local_folder(monkeypatch, tmp_path
 def test_a_failed_load_is_not_retried_at_once(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     now = [0.0]
-    shared = SharedGPT2(str(tmp_path / "gpt2"), clock=lambda: now[0])
+    shared = SharedPretrained(CATALOGUE[GPT2], str(tmp_path / "gpt2"), clock=lambda: now[0])
     with pytest.raises(gr.Error, match="not available on this server"):
         shared.get()
     save_tiny_gpt2(tmp_path / "gpt2")
@@ -228,3 +230,59 @@ def test_two_sessions_reading_gpt2_keep_their_own_analyses(gpt2_app):
     assert len(a.attention.ids) == 6 and len(b.attention.ids) == len(b.reading.tokenizer.encode(TEXT))
     assert app.ok("use_model", ["yours"], "reader-a")[0] == "yours"
     assert b.pretrained is not None  # a's choice is a's
+
+
+# ---------------------------------------------------------------- SmolLM2 (a Llama-family model) beside GPT-2
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_folder(tmp_path_factory) -> str:
+    from tests.test_llama import saved, tiny_llama
+
+    return saved(tiny_llama(), tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture
+def both(tiny_gpt2_folder, tiny_llama_folder):
+    with gr.Blocks():
+        return AppContext(settings=Settings(gpt2_weights=tiny_gpt2_folder, smollm2_weights=tiny_llama_folder,
+                                            max_new_tokens=50),
+                          registry=SessionRegistry(10, 3600.0), model_changed=gr.Textbox(), tabs=gr.Tabs())
+
+
+def test_every_pretrained_model_has_its_own_setting():
+    for key, kind in CATALOGUE.items():
+        assert getattr(Settings(), kind.setting) == kind.repo
+        assert getattr(Settings.from_env({f"PLAYGROUND_{key.upper()}_WEIGHTS": "/models/x"}), kind.setting) == "/models/x"
+
+
+def test_the_picker_switches_between_yours_gpt2_and_smollm2(both):
+    picker, attention = ModelPicker(both), AttentionHandlers(both)
+    choice, note, described = picker.use_model("smollm2", "alice")
+    assert choice == "smollm2" and "SmolLM2-135M is read-only" in note
+    assert described.startswith("SmolLM2-135M (pretrained by Hugging Face") and "4 heads sharing 2 key/value heads" in described
+    session = both.registry.get("alice")
+    assert session.reading.model.config.position == "rope" and picker.follow("alice") == ("smollm2", note)
+    status, grid = attention.analyse("the quick brown fox jumps over the lazy dog", "alice")[:2]
+    assert "9 tokens" in status and "2 layer(s) x 4 head(s)" in status
+    titles = [note.text for note in grid.layout.annotations]  # heads grouped by the key/value head they read
+    assert titles[:4] == ["L0 H0 KV0", "L0 H1 KV0", "L0 H2 KV1", "L0 H3 KV1"]
+    assert "each 2 adjacent heads read one key/value head" in grid.layout.title.subtitle.text
+    assert "tokens." in generated(both, "alice", "the quick brown")  # Generate reads it too
+    assert picker.use_model(GPT2, "alice")[0] == GPT2 and session.reading.model.config.position == "learned"
+    assert picker.use_model(YOURS, "alice") == (YOURS, "", "")
+    assert both.pretrained["smollm2"].get() is both.pretrained["smollm2"].get()  # one copy
+
+
+def test_smollm2_offline_says_so_at_once_and_how_to_provide_it(monkeypatch, tmp_path):
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    ctx = make_ctx("gpt2")  # SmolLM2 at its default: the Hub's repo id, which an offline server cannot reach
+    monkeypatch.setattr(gr, "Warning", lambda message: None)
+    started = time.monotonic()
+    choice, note, _ = ModelPicker(ctx).use_model("smollm2", "alice")
+    assert time.monotonic() - started < 5
+    assert choice == YOURS and "SmolLM2-135M's weights are not available on this server" in note
+    assert "PLAYGROUND_SMOLLM2_WEIGHTS=/path/to/folder" in note and "tokenizer.json" in note

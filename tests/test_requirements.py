@@ -51,7 +51,10 @@ def imported_modules(sources: list[Path]) -> dict[str, Path]:
             else:
                 continue
             for name in (n.split(".")[0] for n in names):
-                local = any((d / name).is_dir() or (d / f"{name}.py").is_file() for d in (file.parent, REPO))
+                # a sibling shadows a package only beside a script: in a package (core/tokenizers.py), the
+                # absolute `import tokenizers` is Hugging Face's
+                beside = () if (file.parent / "__init__.py").is_file() else (file.parent,)
+                local = any((d / name).is_dir() or (d / f"{name}.py").is_file() for d in (*beside, REPO))
                 if name not in sys.stdlib_module_names and not local:
                     found.setdefault(name, file)
     return found

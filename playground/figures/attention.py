@@ -73,19 +73,21 @@ def _top(title: str, note: str = "") -> dict:
 
 
 def heatmap_grid(maps: torch.Tensor, labels: list[str], *, json_budget: int = GRID_JSON_BUDGET,
-                 title: str = "Attention of every head") -> go.Figure:
-    """Every layer (rows) x head (columns) of maps (L, H, T, T) as heatmaps on one colour scale.
+                 title: str = "Attention of every head", group: int = 1) -> go.Figure:
+    """Every layer (rows) x head (columns) of maps (L, H, T, T) as heatmaps on one colour scale; with
+    grouped queries, `group` query heads share each key/value head (adjacent heads, titled by it).
 
     Maps are block-pooled to the largest size whose JSON fits `json_budget` (the subtitle says so).
     """
     return heatmap_rows([(f"L{layer}", maps[layer], labels) for layer in range(maps.size(0))],
-                        json_budget=json_budget, title=title)
+                        json_budget=json_budget, title=title, group=group)
 
 
 def heatmap_rows(rows: list[tuple[str, torch.Tensor, list[str]]], *, json_budget: int = GRID_JSON_BUDGET,
-                 title: str) -> go.Figure:
+                 title: str, group: int = 1) -> go.Figure:
     """Rows of heatmaps on one colour scale: each row (name, maps (H, T, T), token labels) has its own
-    heads and tokens (a layer of one model, or one run among others), its panels titled "{name} H{head}".
+    heads and tokens (a layer of one model, or one run among others), its panels titled "{name} H{head}"
+    (and "KV{k}", the key/value head it reads, where `group` query heads share one).
 
     Maps are block-pooled to the largest size whose JSON fits `json_budget` (the subtitle says so).
     """
@@ -100,6 +102,8 @@ def heatmap_rows(rows: list[tuple[str, torch.Tensor, list[str]]], *, json_budget
         show_ticks = len(names) <= TICK_LABELS_MAX and n_cols <= 4
         values = pooled.numpy().astype(np.float32)
         notes.add(_pooling_note(spans, maps.size(-1)))
+        if group > 1:
+            notes.add(f"grouped queries: each {group} adjacent heads read one key/value head (KV)")
         for head in range(maps.size(0)):
             n += 1
             data.append(go.Heatmap(
@@ -117,7 +121,8 @@ def heatmap_rows(rows: list[tuple[str, torch.Tensor, list[str]]], *, json_budget
                 domain=[y1 - 0.85 / n_rows, y1 - 0.07 / n_rows], anchor=f"x{n}", type="category",
                 ticks="", autorange="reversed", showticklabels=show_ticks and head == 0,
             )
-            titles.append(dict(text=f"{name} H{head}", x=x0 + 0.46 / n_cols, y=y1, xref="paper", yref="paper",
+            shared = f" KV{head // group}" if group > 1 else ""
+            titles.append(dict(text=f"{name} H{head}{shared}", x=x0 + 0.46 / n_cols, y=y1, xref="paper", yref="paper",
                                xanchor="center", yanchor="top", showarrow=False, font=dict(size=10)))
     cell_px = max(70, min(220, 960 // n_cols))
     return go.Figure(data=data, layout=dict(

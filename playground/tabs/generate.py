@@ -31,7 +31,7 @@ UI_INTERVAL_S = 0.2  # stream at most 5 updates a second
 STOP_WAIT_S = 5.0  # how long Stop waits for the cancelled stream to end
 N_ALTERNATIVES = 8
 NO_MODEL = ("There is no model yet: train one on the **Train** tab (or upload a checkpoint there), "
-            "or pick **GPT-2** above.")
+            "or pick a pretrained model above.")
 SEED_MAX = 2**31 - 1
 # Tokens are shaded by probability in bands, light grey to dark indigo: confidence, not alarm.
 # HighlightedText draws each colour at half opacity under black text, so even the darkest reads well.
@@ -76,7 +76,7 @@ class GenerateHandlers:
             if running:  # training, or a second Enter in the prompt while generating
                 raise Refusal(f"This session is already running {running}; wait for it to finish or press Stop.")
             with self.registry.job(request, "generation") as session:
-                reading = session.reading  # the session's model or GPT-2, as the picker says
+                reading = session.reading  # the session's model or a pretrained one, as the picker says
                 prompt_ids = _prompt_ids(reading, prompt)
                 yield from _stream(session, reading, prompt, prompt_ids, sampling)
         except Refusal as refusal:

@@ -26,8 +26,7 @@ import gradio as gr  # noqa: E402
 
 from core.sample import stream  # noqa: E402
 from playground.context import AppContext  # noqa: E402
-from playground.model_picker import GPT2, ModelPicker  # noqa: E402
-from playground.pretrained import SharedGPT2  # noqa: E402
+from playground.model_picker import ModelPicker  # noqa: E402
 from playground.sessions import SessionRegistry  # noqa: E402
 from playground.settings import Settings  # noqa: E402
 from playground.tabs.attention import AttentionHandlers  # noqa: E402
@@ -67,19 +66,19 @@ def main() -> None:
     torch.set_num_threads(settings.torch_threads)
     with gr.Blocks():
         ctx = AppContext(settings=settings, registry=SessionRegistry(10, 3600.0), model_changed=gr.Textbox(),
-                         tabs=gr.Tabs(), gpt2=SharedGPT2(folder))
+                         tabs=gr.Tabs())
     picker, attention = ModelPicker(ctx), AttentionHandlers(ctx)
 
     before = rss_mb()
     start = time.perf_counter()
-    gpt2 = ctx.gpt2.get()
+    gpt2 = ctx.pretrained["gpt2"].get()
     print(f"load (cold, {folder}): {time.perf_counter() - start:.2f} s")
     loaded = rss_mb()
     print(f"RSS of the shared copy: +{loaded - before:.0f} MB "
           f"({gpt2.model.parameter_counts()['total']:,} parameters, float32)")
-    picker.use_model(GPT2, "alice")
+    picker.use_model("gpt2", "alice")
     after_one = rss_mb()
-    picker.use_model(GPT2, "bob")
+    picker.use_model("gpt2", "bob")
     after_two = rss_mb()
     print(f"RSS of each session's view: +{after_one - loaded:.1f} MB (first), +{after_two - after_one:.1f} MB (second)")
 

@@ -63,7 +63,8 @@ class Handlers(AttentionBase):
             analysis = Analysis(ids, token_labels(tokenizer, ids), maps.half(), summaries,
                                 weakref.ref(reading), reading.step)
             session.attention = analysis
-        return self._render(analysis, self._cut_note(len(all_ids), len(ids), model.config.block_size))
+        group = model.config.n_head // model.config.kv_heads  # query heads per key/value head
+        return self._render(analysis, self._cut_note(len(all_ids), len(ids), model.config.block_size), group)
 
     def _token_limit(self, model: GPT) -> int:
         """The most tokens an analysis takes: the model's context, and this server's cap."""
@@ -79,7 +80,7 @@ class Handlers(AttentionBase):
             why = f"this server shows at most {kept}. {self.ctx.settings.cap_hint('max_attention_tokens')}"
         return f"Kept the first {kept} of the text's {n_tokens} tokens: {why}"
 
-    def _render(self, analysis: Analysis, cut_note: str):
+    def _render(self, analysis: Analysis, cut_note: str, group: int):
         maps = analysis.weights()
         n_layer, n_head, n_tokens, _ = maps.shape
         query = n_tokens - 1  # the last token: the one whose next token the model predicts
@@ -87,7 +88,7 @@ class Handlers(AttentionBase):
         layer, head = (standouts[0].layer, standouts[0].head) if standouts else (0, 0)
         return (
             _status(analysis, cut_note),
-            figures.heatmap_grid(maps, analysis.labels),
+            figures.heatmap_grid(maps, analysis.labels, group=group),
             figures.summary_figure(analysis.summaries),
             figures.summary_table(analysis.summaries),
             gr.Dropdown(choices=[(f"Layer {i}", i) for i in range(n_layer)], value=layer),

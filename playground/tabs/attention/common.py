@@ -57,10 +57,10 @@ class Analysis:
 
 
 def reading_of(session: Session) -> TrainedModel:
-    """What the tab reads: the session's own model, or GPT-2 when the picker says so."""
+    """What the tab reads: the session's own model, or a pretrained one when the picker says so."""
     if session.reading is None:
         raise gr.Error("There is no model yet: train one on the Train tab (or upload a checkpoint), "
-                       "or pick GPT-2 above.")
+                       "or pick a pretrained model above.")
     return session.reading
 
 
