@@ -1,12 +1,12 @@
-"""GPT-2 on the Attention tab in headless Chromium: pick it, analyse a text, see every head; the
-Generate tab's picker follows. The GPT-2 is a tiny random one in a temporary folder (offline).
-Screenshots go to tests/screenshots/ for a person to look at.
+"""GPT-2 and SmolLM2 on the Attention tab in headless Chromium: pick one, analyse a text, see every head;
+the Generate tab's picker follows. Both are tiny random models in temporary folders (offline); a server
+without SmolLM2's weights says so at once. Screenshots go to tests/screenshots/ for a person to look at.
 """
 
 import pytest
 from conftest import SCREENSHOTS, serve
 from test_browser import assert_no_errors, open_tab
-from test_pretrained_app import TEXT, tiny_gpt2_folder  # noqa: F401 (a fixture)
+from test_pretrained_app import TEXT, tiny_gpt2_folder, tiny_llama_folder  # noqa: F401 (fixtures)
 from test_train_browser import new_page
 
 from playground.settings import Settings
@@ -15,8 +15,8 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def gpt2_url(tiny_gpt2_folder):  # noqa: F811
-    with serve(Settings.from_env({}, gpt2_weights=tiny_gpt2_folder)) as (_, url):
+def gpt2_url(tiny_gpt2_folder, tiny_llama_folder):  # noqa: F811
+    with serve(Settings.from_env({}, gpt2_weights=tiny_gpt2_folder, smollm2_weights=tiny_llama_folder)) as (_, url):
         yield url
 
 
@@ -38,3 +38,43 @@ def test_pick_gpt2_on_the_attention_tab_and_see_its_heads(browser, gpt2_url):
         assert_no_errors(page)
     finally:
         page.close()
+
+
+@pytest.mark.parametrize("width, height", [(1366, 900), (390, 844)])
+def test_switch_between_gpt2_and_smollm2_and_see_its_grouped_heads(browser, gpt2_url, width, height):
+    page = new_page(browser, gpt2_url, width, height)
+    try:
+        open_tab(page, "Attention")
+        choices = page.locator("#attention-model-choice")
+        choices.get_by_label("GPT-2 (pretrained)").check()
+        page.locator("#attention-model-note").filter(has_text="GPT-2 is read-only here").wait_for()
+        choices.get_by_label("SmolLM2-135M (pretrained)").check()
+        page.locator("#attention-model-note").filter(has_text="SmolLM2-135M is read-only here").wait_for()
+        page.locator("#attention-text textarea").fill("the quick brown fox jumps over the lazy dog")
+        page.locator("#attention-run").click()
+        page.locator("#attention-status").filter(has_text="9 tokens").wait_for()
+        page.locator("#attention-grid .js-plotly-plot").wait_for()
+        assert page.locator("#attention-grid .heatmaplayer .hm").count() == 8
+        assert page.locator("#attention-grid").get_by_text("L1 H3 KV1").count() == 1  # grouped by key/value head
+        page.screenshot(path=str(SCREENSHOTS / f"smollm2-attention-{width}x{height}.png"), full_page=True)
+        open_tab(page, "Generate")
+        page.locator("#generate-model-info").filter(has_text="SmolLM2-135M (pretrained by Hugging Face").wait_for()
+        assert_no_errors(page)
+    finally:
+        page.close()
+
+
+def test_without_smollm2s_weights_the_picker_says_so_at_once(browser, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with serve(Settings.from_env({}, smollm2_weights=str(tmp_path / "no-weights-here"))) as (_, url):
+        page = new_page(browser, url, 390, 844)
+        try:
+            open_tab(page, "Attention")
+            page.locator("#attention-model-choice").get_by_label("SmolLM2-135M (pretrained)").check()
+            note = page.locator("#attention-model-note").filter(has_text="not available on this server")
+            note.wait_for(timeout=10_000)
+            assert page.locator("#attention-model-choice").get_by_label("Your model").is_checked()
+            page.screenshot(path=str(SCREENSHOTS / "smollm2-offline-390x844.png"), full_page=True)
+        finally:
+            page.close()
