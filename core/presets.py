@@ -63,6 +63,19 @@ PRESETS: dict[str, Preset] = {
                        **NANOGPT_TRAIN),
         ),
         Preset(
+            "llama-style", "Shakespeare, Llama-style",
+            "The CPU recipe's sizes and schedule with today's parts, as Llama, Mistral and SmolLM2 build a "
+            "block: rotary positions (no position table: each head's query and key turn with the position), "
+            "RMSNorm, a SwiGLU feed-forward, 4 query heads sharing 2 key/value heads, no biases. Train it "
+            "after the CPU recipe and open Compare runs: the curves, and how the heads attend.",
+            "shakespeare", "char",
+            model=dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,
+                       **{**NANOGPT_MODEL, "tie_weights": False}, position="rope", norm="rmsnorm",
+                       activation="swiglu", n_kv_head=2),
+            train=dict(max_iters=2000, lr_decay_iters=2000, batch_size=12, eval_interval=250, eval_iters=20,
+                       **NANOGPT_TRAIN),
+        ),
+        Preset(
             "shakespeare-char", "Shakespeare, GPU recipe",
             "nanoGPT's GPU recipe: 6 layers, 6 heads, 384 channels, 256 characters of context, "
             "5000 steps of 64 sequences. Minutes on a GPU, hours on a CPU; validation loss about 1.47.",

@@ -122,6 +122,7 @@ def describe(kind: Kind, read: TrainedModel) -> str:
 def read_only_note(kind: Kind, read: TrainedModel) -> str:
     """Under the picker while a pretrained model is chosen: what it is, and why it cannot be trained here."""
     params, c = read.model.parameter_counts()["total"], read.model.config
+    count = f"{params / 1e6:,.0f}M" if params >= 1e6 else f"{params:,}"
     return (f"**{kind.title} is read-only here:** a small CPU server (a free Space has 2 cores) cannot train its "
-            f"{params / 1e6:,.0f}M parameters. Generate with it and look inside its {c.n_layer * c.n_head} heads; "
+            f"{count} parameters. Generate with it and look inside its {c.n_layer * c.n_head} heads; "
             "the **Train** tab trains your own small model, and **Your model** reads it again.")

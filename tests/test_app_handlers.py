@@ -23,7 +23,8 @@ SETTINGS = Settings(max_layers=3, max_heads=4, max_embd=64, max_block_size=32, m
 FORM = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_layer=1, n_head=2, n_embd=16,
             block_size=16, dropout=0.0, causal=True, scale_attention=True, use_position_embedding=True,
             steps=20, batch_size=8, learning_rate=3e-3, seed=1, warmup=2,
-            eval_interval=10, weight_decay=0.01, grad_clip=1.0, text="", upload=None)
+            eval_interval=10, weight_decay=0.01, grad_clip=1.0, text="", upload=None,
+            position="learned", norm="layernorm", activation="gelu", n_kv_head=0, window=0)
 
 
 def make_ctx() -> AppContext:

@@ -32,7 +32,8 @@ pytestmark = pytest.mark.integration
 TINY = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_layer=1, n_head=2, n_embd=16,
             block_size=16, dropout=0.0, causal=True, scale_attention=True, use_position_embedding=True,
             steps=20, batch_size=8, learning_rate=3e-3, seed=1, warmup=2,
-            eval_interval=10, weight_decay=0.01, grad_clip=1.0, text="", upload=None)
+            eval_interval=10, weight_decay=0.01, grad_clip=1.0, text="", upload=None,
+            position="learned", norm="layernorm", activation="gelu", n_kv_head=0, window=0)
 # The Generate form: prompt, max new tokens, temperature, top-k, top-p, seed.
 GENERATE = ["qwhzbkad|", 5, 0.8, 0, 1.0, 1]
 
@@ -229,7 +230,7 @@ FIELD_NAMES = {  # the Train form's fields as the error messages name them
     "n_layer": "Layers", "n_head": "Heads", "n_embd": "Embedding size", "block_size": "Block size",
     "dropout": "Dropout", "steps": "Steps", "batch_size": "Batch size", "learning_rate": "Learning rate",
     "seed": "Seed", "warmup": "Warmup steps", "eval_interval": "Evaluate every", "weight_decay": "Weight decay",
-    "grad_clip": "Gradient clip",
+    "grad_clip": "Gradient clip", "n_kv_head": "Key/value heads", "window": "Window",
 }
 
 
@@ -251,6 +252,20 @@ def test_every_break_it_switch_takes_only_true_or_false(app, bad):
     for field, name in SWITCH_NAMES.items():  # a string "false" must never count as True
         message = app.error("train", form(**{field: bad}), "malformed")
         assert name in message and "True, False" in message, (field, bad, message)
+
+
+@pytest.mark.parametrize("field, name", [("position", "Positions"), ("norm", "Normalisation"),
+                                         ("activation", "Feed-forward")])
+@pytest.mark.parametrize("bad", ["sinusoidal", "", None, 3, ["rope"], {"a": 1}, "x" * 10_000])
+def test_every_modern_part_takes_only_its_choices(app, field, name, bad):
+    message = app.error("train", form(**{field: bad}), "malformed")
+    assert f"{name} must be one of" in message and len(message) < 600, message
+
+
+def test_modern_parts_keep_to_the_caps_and_to_each_other(app):
+    assert "Window" in app.error("train", form(window=10**9), "malformed")
+    assert "Key/value heads" in app.error("train", form(n_kv_head=999), "malformed")
+    assert "multiple of n_kv_head" in app.error("train", form(n_head=2, n_kv_head=3, steps=1), "malformed")
 
 
 @pytest.fixture(scope="module")

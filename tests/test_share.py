@@ -85,7 +85,7 @@ def test_unknown_keys_and_groups_are_ignored_and_named(handlers):
                          ("text", "hello"), ("x" * 100, "1")], handlers)
     assert setup.view == share.View(hide=("model",), lock=("data",))
     assert setup.values == share.preset_values(handlers, "repeat")  # no path, no text from a link
-    assert setup.ignored == ("hide=<script> (the groups are data, model, training)", "upload (not a setting)",
+    assert setup.ignored == ("hide=<script> (the groups are data, model, training, modern)", "upload (not a setting)",
                              "text (not a setting)", f"{'x' * share.SHOWN_CHARS}... (not a setting)")
 
 

@@ -21,7 +21,7 @@ from playground import validate
 from playground.figures import note_figure
 from playground.figures.training import loss_figure
 from playground.sessions import TrainedModel, model_title
-from playground.tabs.train.form import MODEL_FIELDS, FormRules, switches, upload_path
+from playground.tabs.train.form import MODEL_FIELDS, FormRules, modern_parts, switches, upload_path
 from playground.tabs.train.replay import NO_MOVIE, NO_REPLAY, NO_SCORES
 from playground.tabs.train.run import describe
 
@@ -80,4 +80,5 @@ class CheckpointHandlers(FormRules):
             "tokenizer": tokenizer.spec()["kind"], "stage": stage_of(config) or "gpt",
             **{name: getattr(config, name) for name in MODEL_FIELDS},
             **switches(config, stage_of(config)),  # a bigram's switches stay on: its stage has none
+            **modern_parts(config),
         }

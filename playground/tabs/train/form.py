@@ -51,8 +51,28 @@ BREAK_IT = {
                                                       "tokens; deeper, only the causal mask leaks some order. On "
                                                       "the copy task it struggles to tell which letter comes next."),
 }
+# Today's parts (Llama and its family), GPTConfig fields: (label, what to look for in the maps). 0 in a
+# number field means the option is off (one key/value head per query head; no window).
+MODERN = {
+    "position": ("Positions", "Learned: GPT-2's table of positions. RoPE: each head's query and key turn with "
+                              "the position, so scores depend on distance. ALiBi: a fixed penalty that grows with "
+                              "distance, one slope per head: maps fade away from the diagonal. None: only the mask "
+                              "leaks order."),
+    "norm": ("Normalisation", "RMSNorm (Llama) scales each token without subtracting its mean: cheaper, and "
+                              "the maps barely change."),
+    "activation": ("Feed-forward", "SwiGLU (Llama) gates the hidden layer; it is 8/3 wide instead of 4, so the "
+                                   "parameter count stays about GELU's."),
+    "n_kv_head": ("Key/value heads", "0: one per query head. Fewer: query heads share keys and values in groups "
+                                     "(1: multi-query); the heads of a group often attend alike."),
+    "window": ("Window", "0: every earlier token. N: a query sees only the last N keys, itself included: each "
+                         "map becomes a band along its diagonal."),
+}
+POSITION_CHOICES = [("Learned (GPT-2)", "learned"), ("RoPE (Llama)", "rope"), ("ALiBi", "alibi"), ("None", "none")]
+NORM_CHOICES = [("LayerNorm (GPT-2)", "layernorm"), ("RMSNorm (Llama)", "rmsnorm")]
+ACTIVATION_CHOICES = [("GELU (GPT-2)", "gelu"), ("GELU, tanh (GPT-2's own)", "gelu_tanh"), ("ReLU (the lecture)", "relu"),
+                      ("SwiGLU (Llama)", "swiglu")]
 # The model fields the tab controls; a trained model continues only if these still match.
-MODEL_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "dropout", *BREAK_IT)
+MODEL_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "dropout", *BREAK_IT, *MODERN)
 
 
 @dataclass(frozen=True)
@@ -87,6 +107,11 @@ class TrainForm:
     grad_clip: Any = 1.0
     text: Any = ""
     upload: Any = None
+    position: Any = "learned"
+    norm: Any = "layernorm"
+    activation: Any = "gelu"
+    n_kv_head: Any = 0
+    window: Any = 0
 
 
 FORM_FIELDS = tuple(field.name for field in dataclasses.fields(TrainForm))
@@ -172,7 +197,15 @@ class FormRules:
                                         cap=s.cap_hint("max_block_size")),
             dropout=validate.number(f.dropout, "Dropout", 0.0, 0.9),
             **{name: _switch(getattr(f, name), label) for name, (label, _) in BREAK_IT.items()},
+            position=validate.choice(f.position, "Positions", [name for _, name in POSITION_CHOICES]),
+            norm=validate.choice(f.norm, "Normalisation", [name for _, name in NORM_CHOICES]),
+            activation=validate.choice(f.activation, "Feed-forward", [name for _, name in ACTIVATION_CHOICES]),
+            # 0 is off: GPTConfig's None (one key/value head per query head; every earlier key)
+            n_kv_head=validate.integer(f.n_kv_head, "Key/value heads", 0, s.max_heads) or None,
+            window=validate.integer(f.window, "Window", 0, s.max_block_size) or None,
         )
+        if model["n_kv_head"] == model["n_head"]:
+            model["n_kv_head"] = None  # as many as query heads: plain multi-head attention
         steps = validate.integer(f.steps, "Steps", 1, s.max_iters, cap=s.cap_hint("max_iters"))
         train = dict(
             max_iters=steps,
@@ -242,7 +275,7 @@ class FormRules:
         stage = stage_of(config) or "gpt"
         return {
             "preset_info": info, "corpus": preset.corpus, "tokenizer": preset.tokenizer,
-            "stage": stage, **capped, **switches(config, stage),
+            "stage": stage, **capped, **switches(config, stage), **modern_parts(config),
             "dropout": model.get("dropout", 0.0), "learning_rate": train["learning_rate"],
             "warmup": train.get("warmup_iters", 0), "eval_interval": train.get("eval_interval", 100),
             "weight_decay": train.get("weight_decay", 0.1), "grad_clip": train.get("grad_clip", 1.0),
@@ -287,6 +320,11 @@ def switches(config: GPTConfig, stage: str | None) -> dict[str, bool]:
     by_stage = GPTConfig(vocab_size=2, **STAGES[stage].options) if stage else None
     return {name: bool(getattr(config, name)) or (by_stage is not None and not getattr(by_stage, name))
             for name in BREAK_IT}
+
+
+def modern_parts(config: GPTConfig) -> dict[str, Any]:
+    """The Modern parts fields that show a model (0 where an option is off)."""
+    return {name: getattr(config, name) or 0 for name in MODERN}
 
 
 def heads_for_stage(stage: str):

@@ -36,8 +36,8 @@ from playground.sessions import Session
 from playground.tabs.train import compare, link
 from playground.tabs.train.checkpoints import CheckpointHandlers
 from playground.tabs.train.form import (
-    BREAK_IT, CORPUS_CHOICES, FORM_FIELDS, MODEL_FIELDS, PASTE, STAGE_CHOICES, TOKENIZER_CHOICES, UPLOAD,
-    heads_for_stage, layers_for_stage,
+    ACTIVATION_CHOICES, BREAK_IT, CORPUS_CHOICES, FORM_FIELDS, MODEL_FIELDS, MODERN, NORM_CHOICES, PASTE,
+    POSITION_CHOICES, STAGE_CHOICES, TOKENIZER_CHOICES, UPLOAD, heads_for_stage, layers_for_stage,
 )
 from playground.tabs.train.replay import NO_MOVIE, NO_REPLAY, NO_SCORES, PLAY, PLAY_INTERVAL_S, ReplayHandlers
 from playground.tabs.train.run import NO_ATTENTION_YET, RunHandlers, progress_html
@@ -116,6 +116,25 @@ def build(ctx: AppContext) -> TrainHandlers:
                         "On your own machine, `python -m playground --no-caps` lifts them.",
                         elem_classes="caps-note",
                     )
+            with gr.Accordion("Modern parts (Llama and its family)", open=False, elem_id="modern-parts") as groups["modern"]:
+                gr.Markdown("Today's models (Llama, Mistral, Qwen, SmolLM) build a block from other parts. Each "
+                            "says what to look for in the attention maps; the parameter count above follows.",
+                            elem_classes="caps-note")
+                with gr.Row():
+                    form["position"] = gr.Dropdown(POSITION_CHOICES, value=start.position, label=MODERN["position"][0],
+                                                   info=MODERN["position"][1], elem_id="modern-position")
+                    form["norm"] = gr.Radio(NORM_CHOICES, value=start.norm, label=MODERN["norm"][0],
+                                            info=MODERN["norm"][1], elem_id="modern-norm")
+                form["activation"] = gr.Dropdown(ACTIVATION_CHOICES, value=start.activation,
+                                                 label=MODERN["activation"][0], info=MODERN["activation"][1],
+                                                 elem_id="modern-activation")
+                with gr.Row():
+                    form["n_kv_head"] = gr.Number(value=start.n_kv_head, precision=0, minimum=0, maximum=s.max_heads,
+                                                  label=MODERN["n_kv_head"][0], info=MODERN["n_kv_head"][1],
+                                                  elem_id="modern-kv-heads")
+                    form["window"] = gr.Number(value=start.window, precision=0, minimum=0, maximum=s.max_block_size,
+                                               label=MODERN["window"][0], info=MODERN["window"][1],
+                                               elem_id="modern-window")
             with gr.Accordion("Training", open=True) as groups["training"]:
                 with gr.Row():
                     form["steps"] = gr.Slider(1, s.max_iters, value=start.steps, step=1, label="Steps")

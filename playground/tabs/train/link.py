@@ -45,6 +45,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
               "use_position_embedding"),
     "training": ("steps", "batch_size", "learning_rate", "seed", "warmup", "eval_interval", "weight_decay",
                  "grad_clip"),
+    "modern": ("position", "norm", "activation", "n_kv_head", "window"),
 }
 NOT_LINKED = ("text", "upload")  # a file cannot travel in a link, and pasted text is too long for one
 LINKED = tuple(name for name in FORM_FIELDS if name not in NOT_LINKED)  # the preset first

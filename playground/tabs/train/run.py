@@ -288,7 +288,9 @@ def _field_change(field: str, before: Any, after: Any) -> str:
     """'n_head 2 → 4', or for a break-it switch 'Causal mask on → off'."""
     if field in BREAK_IT:
         return f"{BREAK_IT[field][0]} {'on' if before else 'off'} → {'on' if after else 'off'}"
-    return f"{field} {before} → {after}"
+    def shown(value: Any) -> str:
+        return "off" if value is None else str(value)  # an option left out (no window, one key/value head each)
+    return f"{field} {shown(before)} → {shown(after)}"
 
 
 def describe(session: Session) -> str:

@@ -1,0 +1,32 @@
+"""Today's parts in headless Chromium (issue 22): on the default copy task, open Modern parts, pick rotary
+positions and key/value heads shared in pairs, train, and see the attention and its movie. Screenshots at
+both widths go to tests/screenshots/ for a person to look at."""
+
+import pytest
+from conftest import SCREENSHOTS
+
+from test_browser import assert_no_errors, set_number
+from test_train_browser import open_page  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.mark.parametrize("width, height, name", [(1366, 900, "desktop"), (390, 844, "phone")])
+def test_rope_and_grouped_queries_train_from_the_modern_parts(open_page, width, height, name):  # noqa: F811
+    page = open_page(width, height)
+    count = page.locator("#param-count").filter(has_text="position embedding")
+    count.wait_for()  # the default model learns its positions in a table
+    page.locator("#modern-parts").get_by_text("Modern parts").click()
+    page.get_by_label("Positions").click()
+    page.get_by_role("option", name="RoPE (Llama)", exact=True).click()
+    page.locator("#param-count").filter(has_text="parameters").filter(has_not_text="position embedding").wait_for()
+    page.locator("#modern-kv-heads input").fill("2")
+    page.locator("#modern-kv-heads input").press("Enter")
+    set_number(page, "Steps", 40)
+    page.locator("#train-button").click()
+    page.locator("#train-status").filter(has_text="Done: 40 steps").wait_for()
+    page.locator("#live-attention .js-plotly-plot").wait_for()
+    page.locator("#movie-note").filter(has_text="Replay:").wait_for()
+    page.locator("#modern-position").scroll_into_view_if_needed()
+    page.screenshot(path=str(SCREENSHOTS / f"modern-rope-{name}.png"), full_page=True)
+    assert_no_errors(page)

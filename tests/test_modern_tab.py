@@ -1,0 +1,47 @@
+"""Today's parts on the Train tab (issue 22): the Modern parts group trains them, presets and checkpoints
+fill it, a change of part is a new model, and the attention maps show what each part does."""
+
+from core.checkpoint import save_archive
+from core.config import GPTConfig
+from core.model import GPT
+from core.tokenizers import CharTokenizer
+from playground.tabs.train.form import MODERN, TrainForm
+from test_app_handlers import FORM, ctx, run_train, train  # noqa: F401 (ctx and train are fixtures)
+
+LLAMA_PARTS = dict(position="rope", norm="rmsnorm", activation="swiglu", n_kv_head=1, window=6)
+
+
+def test_training_with_todays_parts_builds_them(train, ctx):
+    updates = run_train(train, **LLAMA_PARTS)
+    assert updates[-1][0].startswith("Done: 20 steps")
+    config = ctx.registry.get("a").model.config
+    assert (config.position, config.norm, config.activation, config.n_kv_head, config.window) == \
+        ("rope", "rmsnorm", "swiglu", 1, 6)
+    assert ctx.registry.get("a").model.position_embedding is None  # RoPE needs no table of positions
+    count, next_step = train.preview(**{**FORM, **LLAMA_PARTS, "steps": 40}, request="a")
+    assert "position embedding" not in count and "continues your model" in next_step
+    _, next_step = train.preview(**{**FORM, **LLAMA_PARTS, "window": 0, "steps": 40}, request="a")
+    assert "window 6 → off" in next_step and "New model" in next_step  # another part: another model
+
+
+def test_as_many_key_value_heads_as_query_heads_is_plain_attention(train):
+    recipe = train.recipe(TrainForm(**{**FORM, "n_kv_head": FORM["n_head"]}))
+    assert recipe.model["n_kv_head"] is None
+    assert recipe.configs(28)[0].kv_heads == FORM["n_head"]
+
+
+def test_the_llama_style_preset_fills_the_modern_parts(train):
+    form = train.apply_preset("llama-style")
+    assert {name: form[name] for name in MODERN} == dict(position="rope", norm="rmsnorm", activation="swiglu",
+                                                          n_kv_head=2, window=0)
+    assert {name: train.apply_preset("shakespeare-char-cpu")[name] for name in MODERN} == dict(
+        position="learned", norm="layernorm", activation="gelu", n_kv_head=0, window=0)
+    count, _ = train.preview(**{**FORM, **{k: v for k, v in form.items() if k in FORM}}, request="p")
+    assert "parameters" in count and "position embedding" not in count
+
+
+def test_a_loaded_checkpoint_shows_its_parts(train, ctx, tmp_path):
+    config = GPTConfig(vocab_size=28, block_size=16, n_layer=1, n_head=2, n_embd=16, **LLAMA_PARTS)
+    path = save_archive(tmp_path / "modern.zip", GPT(config), CharTokenizer("abcdefghijklmnopqrstuvwxyz|\n"))
+    shown = train.load_checkpoint(str(path), "m")
+    assert {name: shown[name] for name in MODERN} == LLAMA_PARTS
