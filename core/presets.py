@@ -67,7 +67,8 @@ PRESETS: dict[str, Preset] = {
             "The CPU recipe's sizes and schedule with today's parts, as Llama, Mistral and SmolLM2 build a "
             "block: rotary positions (no position table: each head's query and key turn with the position), "
             "RMSNorm, a SwiGLU feed-forward, 4 query heads sharing 2 key/value heads, no biases. Train it "
-            "after the CPU recipe and open Compare runs: the curves, and how the heads attend.",
+            "after the CPU recipe and open Compare runs: the curves, and how the heads attend. Seed 1337 ends "
+            "at validation loss about 1.71, where the CPU recipe ends about 1.89 (one seed measured so far).",
             "shakespeare", "char",
             model=dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,
                        **{**NANOGPT_MODEL, "tie_weights": False}, position="rope", norm="rmsnorm",
