@@ -265,9 +265,12 @@ def test_the_picker_switches_between_yours_gpt2_and_smollm2(both):
     assert session.reading.model.config.position == "rope" and picker.follow("alice") == ("smollm2", note)
     status, grid = attention.analyse("the quick brown fox jumps over the lazy dog", "alice")[:2]
     assert "9 tokens" in status and "2 layer(s) x 4 head(s)" in status
-    titles = [note.text for note in grid.layout.annotations]  # heads grouped by the key/value head they read
-    assert titles[:4] == ["L0 H0 KV0", "L0 H1 KV0", "L0 H2 KV1", "L0 H3 KV1"]
-    assert "each 2 adjacent heads read one key/value head" in grid.layout.title.subtitle.text
+    # the heads that share a key/value head stand together, a gap between the groups; the hover names it
+    starts = [grid.layout[f"xaxis{n}"].domain[0] for n in range(1, 5)]
+    assert starts[2] - starts[1] > 1.3 * (starts[1] - starts[0])
+    assert starts[3] - starts[2] == pytest.approx(starts[1] - starts[0])
+    assert "(key/value head 1)" in grid.data[2].hovertemplate and "(key/value head 0)" in grid.data[1].hovertemplate
+    assert "each 2 adjacent heads share one key/value head" in grid.layout.title.subtitle.text
     assert "tokens." in generated(both, "alice", "the quick brown")  # Generate reads it too
     assert picker.use_model(GPT2, "alice")[0] == GPT2 and session.reading.model.config.position == "learned"
     assert picker.use_model(YOURS, "alice") == (YOURS, "", "")

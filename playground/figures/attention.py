@@ -23,6 +23,7 @@ COLORSCALE = "Blues"
 HEAD_COLORS = qualitative.Dark24
 GRID_JSON_BUDGET = 1_500_000  # bytes of JSON for the whole grid, safely under the 2 MB a figure may take
 JSON_PER_CELL = 7  # a float32 as base64 with plotly's escaping
+GROUP_GAP = 0.35  # the space between groups of heads that share keys and values, in panel widths
 JSON_PER_HEAD = 1_200  # each subplot's axes, title, token labels and hover template
 LARGE_MAX_TOKENS = 256  # the single-head view pools only beyond this
 HEAD_VIEW_MAX_ROWS = 64  # token rows in the head view before keys are grouped
@@ -56,9 +57,9 @@ def _pooling_note(spans: list[tuple[int, int]], n_tokens: int) -> str:
     return "" if size == 1 else f"Pooled: {n_tokens} tokens in groups of {size}; rows still sum to 1"
 
 
-def _hover(row: str, head: int, pooled: bool) -> str:
+def _hover(row: str, head: int, pooled: bool, shared: str = "") -> str:
     what = "share of the query group's attention on the key group" if pooled else "weight"
-    return f"{row} head {head}<br>query %{{y}}<br>key %{{x}}<br>{what} %{{z:.4f}}<extra></extra>"
+    return f"{row} head {head}{shared}<br>query %{{y}}<br>key %{{x}}<br>{what} %{{z:.4f}}<extra></extra>"
 
 
 def _top(title: str, note: str = "") -> dict:
@@ -75,7 +76,7 @@ def _top(title: str, note: str = "") -> dict:
 def heatmap_grid(maps: torch.Tensor, labels: list[str], *, json_budget: int = GRID_JSON_BUDGET,
                  title: str = "Attention of every head", group: int = 1) -> go.Figure:
     """Every layer (rows) x head (columns) of maps (L, H, T, T) as heatmaps on one colour scale; with
-    grouped queries, `group` query heads share each key/value head (adjacent heads, titled by it).
+    grouped queries, `group` adjacent query heads share each key/value head (set apart by a gap).
 
     Maps are block-pooled to the largest size whose JSON fits `json_budget` (the subtitle says so).
     """
@@ -86,12 +87,14 @@ def heatmap_grid(maps: torch.Tensor, labels: list[str], *, json_budget: int = GR
 def heatmap_rows(rows: list[tuple[str, torch.Tensor, list[str]]], *, json_budget: int = GRID_JSON_BUDGET,
                  title: str, group: int = 1) -> go.Figure:
     """Rows of heatmaps on one colour scale: each row (name, maps (H, T, T), token labels) has its own
-    heads and tokens (a layer of one model, or one run among others), its panels titled "{name} H{head}"
-    (and "KV{k}", the key/value head it reads, where `group` query heads share one).
+    heads and tokens (a layer of one model, or one run among others), its panels titled "{name} H{head}";
+    where `group` query heads share a key/value head, each group stands apart and the hover names it.
 
     Maps are block-pooled to the largest size whose JSON fits `json_budget` (the subtitle says so).
     """
     n_rows, n_cols = len(rows), max(maps.size(0) for _, maps, _ in rows)
+    gaps = n_cols // group - 1 if group > 1 else 0  # between groups of heads that share keys and values
+    span = n_cols + GROUP_GAP * gaps  # the grid's width in panels
     n_heads = sum(maps.size(0) for _, maps, _ in rows)
     side = max(1, math.isqrt(max(0, json_budget - n_heads * JSON_PER_HEAD) // (n_heads * JSON_PER_CELL)))
     # Axes laid out by hand: plotly's make_subplots validates each update and takes seconds for 144 heads.
@@ -103,16 +106,17 @@ def heatmap_rows(rows: list[tuple[str, torch.Tensor, list[str]]], *, json_budget
         values = pooled.numpy().astype(np.float32)
         notes.add(_pooling_note(spans, maps.size(-1)))
         if group > 1:
-            notes.add(f"grouped queries: each {group} adjacent heads read one key/value head (KV)")
+            notes.add(f"grouped queries: each {group} adjacent heads share one key/value head")
         for head in range(maps.size(0)):
             n += 1
+            shared = f" (key/value head {head // group})" if group > 1 else ""
             data.append(go.Heatmap(
                 z=values[head], x=names, y=names, coloraxis="coloraxis", xaxis=f"x{n}", yaxis=f"y{n}",
-                hovertemplate=_hover(name, head, len(spans) < maps.size(-1)),
+                hovertemplate=_hover(name, head, len(spans) < maps.size(-1), shared),
             ))
-            x0, y1 = head / n_cols, 1 - row / n_rows
+            x0, y1 = (head + GROUP_GAP * (head // group if group > 1 else 0)) / span, 1 - row / n_rows
             layout[f"xaxis{n}"] = dict(
-                domain=[x0, x0 + 0.92 / n_cols], anchor=f"y{n}", type="category", ticks="",
+                domain=[x0, x0 + 0.92 / span], anchor=f"y{n}", type="category", ticks="",
                 showticklabels=show_ticks and row == n_rows - 1, tickangle=-90,
                 # on a narrow screen the edge labels of side-by-side heads would run into each other
                 ticklabeloverflow="hide past domain",
@@ -121,8 +125,7 @@ def heatmap_rows(rows: list[tuple[str, torch.Tensor, list[str]]], *, json_budget
                 domain=[y1 - 0.85 / n_rows, y1 - 0.07 / n_rows], anchor=f"x{n}", type="category",
                 ticks="", autorange="reversed", showticklabels=show_ticks and head == 0,
             )
-            shared = f" KV{head // group}" if group > 1 else ""
-            titles.append(dict(text=f"{name} H{head}{shared}", x=x0 + 0.46 / n_cols, y=y1, xref="paper", yref="paper",
+            titles.append(dict(text=f"{name} H{head}", x=x0 + 0.46 / span, y=y1, xref="paper", yref="paper",
                                xanchor="center", yanchor="top", showarrow=False, font=dict(size=10)))
     cell_px = max(70, min(220, 960 // n_cols))
     return go.Figure(data=data, layout=dict(
