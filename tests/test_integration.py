@@ -19,6 +19,8 @@ pytestmark = pytest.mark.integration
 TINY = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_layer=1, n_head=2, n_embd=16,
             block_size=16, dropout=0.0, causal=True, scale_attention=True, use_position_embedding=True, steps=30,
             batch_size=8, learning_rate=3e-3, seed=1, warmup=2, eval_interval=10, weight_decay=0.01, grad_clip=1.0)
+# The Modern parts, after the pasted text and the uploaded file in the API's order (raw calls send them all).
+MODERN = dict(position="learned", norm="layernorm", activation="gelu", n_kv_head=0, window=0)
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +143,7 @@ def raw_call(url: str, api_name: str, body: str) -> str:
 
 
 def test_nan_and_infinity_sent_as_raw_json_are_refused(url):
-    form = json.dumps({**TINY, "text": "", "upload": None})  # keyword order is the API's order
+    form = json.dumps({**TINY, "text": "", "upload": None, **MODERN})  # keyword order is the API's order
     values = list(json.loads(form).values())
     for field, bad in (("learning_rate", "NaN"), ("n_layer", "NaN"), ("grad_clip", "Infinity")):
         index = list(TINY).index(field)
