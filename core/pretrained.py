@@ -215,6 +215,10 @@ LLAMA_STACKED = {
                             "model.layers.{i}.self_attn.v_proj"),
     "blocks.{i}.mlp.fc": ("model.layers.{i}.mlp.gate_proj", "model.layers.{i}.mlp.up_proj"),
 }
+LLAMA_RULES = [(re.compile(re.escape(theirs).replace(r"\{i\}", r"(?P<i>\d+)") + r"\.weight"), ours)
+               for theirs, ours in LLAMA_MODULES]
+LLAMA_STACKED_PARTS = [re.compile(re.escape(part).replace(r"\{i\}", r"\d+") + r"\.weight")
+                       for parts in LLAMA_STACKED.values() for part in parts]
 LLAMA_IGNORED = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")  # old files' RoPE buffer
 # config.json's sizes -> GPTConfig's fields (all required).
 LLAMA_SIZES = {"vocab_size": "vocab_size", "max_position_embeddings": "block_size", "num_hidden_layers": "n_layer",
@@ -276,12 +280,10 @@ def rope_theta(hf: dict) -> float:
 
 def convert_llama_state(weights: dict[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
     """Hugging Face Llama tensors -> this GPT's parameters (float32): renamed, q/k/v and gate/up stacked."""
-    rules = [(re.compile(re.escape(theirs).replace(r"\{i\}", r"(?P<i>\d+)") + r"\.weight"), ours)
-             for theirs, ours in LLAMA_MODULES]
     state, unexpected = {}, []
     for name, tensor in weights.items():
         ours = next((rule.format(i=m.groupdict().get("i")) + ".weight"
-                     for pattern, rule in rules if (m := pattern.fullmatch(name))), None)
+                     for pattern, rule in LLAMA_RULES if (m := pattern.fullmatch(name))), None)
         if ours is not None:
             state[ours] = tensor.to(torch.float32, memory_format=torch.contiguous_format, copy=True)
         elif not LLAMA_IGNORED.fullmatch(name) and not _stacked_part(name):
@@ -297,8 +299,7 @@ def convert_llama_state(weights: dict[str, torch.Tensor], config: GPTConfig) -> 
 
 
 def _stacked_part(name: str) -> bool:
-    return any(re.fullmatch(re.escape(part).replace(r"\{i\}", r"\d+") + r"\.weight", name)
-               for parts in LLAMA_STACKED.values() for part in parts)
+    return any(pattern.fullmatch(name) for pattern in LLAMA_STACKED_PARTS)
 
 
 def _build(config: GPTConfig, state: dict[str, torch.Tensor]) -> GPT:

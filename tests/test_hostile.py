@@ -158,6 +158,10 @@ def test_overlong_session_hashes_are_refused_with_a_message(app):
     (dict(n_embd=1_048_576), "embedding size must be at most 256"),
     (dict(n_layer=10_000), "layers must be at most 6"),
     (dict(vocab_size=3_000_000), "tokenizer has 2 tokens but the model expects 3000000"),
+    (dict(mlp_hidden=10**12), "the limit is"),  # a feed-forward a trillion wide: counted on the meta device
+    (dict(window=10**18), "window must be at most"),
+    (dict(n_kv_head=3), "multiple of n_kv_head"),
+    (dict(position="../../etc/passwd"), "position must be one of"),
 ])
 def test_a_tiny_checkpoint_claiming_a_huge_model_is_refused_before_it_is_built(app, model_config, message):
     upload = app.upload("huge.zip", checkpoint_bytes(model_config))

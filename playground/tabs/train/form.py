@@ -292,6 +292,8 @@ class FormRules:
                                  ("n_embd", "Embedding size", "max_embd"), ("block_size", "Block size", "max_block_size")):
             validate.integer(getattr(config, field), f"The checkpoint's {name.lower()}", 0, getattr(s, cap),
                              cap=s.cap_hint(cap))
+        # a window as the form takes it: no longer than the context (the form could not show or train it)
+        validate.integer(config.window or 0, "The checkpoint's window", 0, config.block_size)
         self.check_size(config)
 
 
