@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 
 from core import checkpoint
-from core.config import STAGES, GPTConfig, TrainConfig
+from core.config import GPTConfig, TrainConfig
 from core.device import resolve_device
 from core.data import CORPORA, TokenData, default_tokenizer, load_shakespeare, read_text_file
-from core.ladder import DEFAULT_STEPS, Ladder
+from core.ladder import DEFAULT_STEPS, RUNGS, SCHEDULES, Ladder
 from core.model import GPT
 from core.pretrained import PretrainedUnavailable, load_gpt2
 from core.presets import PRESETS, get_preset, preset_configs, preset_corpus
@@ -116,13 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
     ladder = commands.add_parser(
         "ladder", help="train the lecture's stages, bigram to GPT, and print each one's validation loss",
         description="Train every stage of the seeds' ladder (bigram, position embeddings, one head, four heads, "
-        "feed-forward, residual connections + LayerNorm) in turn on Tiny Shakespeare at the lecture's sizes, "
-        "and print one line per stage beside the lecture's figure.",
+        "feed-forward, residual connections + LayerNorm), then the GPT with today's parts (RoPE, RMSNorm, SwiGLU), "
+        "in turn on Tiny Shakespeare at the lecture's sizes, and print one line per stage beside the lecture's figure.",
     )
     ladder.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"steps per stage (default {DEFAULT_STEPS:,})")
     ladder.add_argument("--seed", type=int, default=1337)
-    ladder.add_argument("--stages", nargs="+", choices=list(STAGES), metavar="STAGE",
-                        help=f"some of: {', '.join(STAGES)} (default: all)")
+    ladder.add_argument("--stages", nargs="+", choices=list(RUNGS), metavar="STAGE",
+                        help=f"some of: {', '.join(RUNGS)} (default: all)")
+    ladder.add_argument("--schedule", choices=list(SCHEDULES), default="lecture",
+                        help="lecture: AdamW at a constant 1e-3, as the lecture (for 10,000 steps); short: 3e-3 "
+                        "decaying to 3e-4, the Ladder tab's (for a few thousand steps)")
     ladder.add_argument("--json", action="store_true",
                         help='one JSON object per line: {"stage", "val_loss", "params", "seconds"}')
     ladder.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, mps")
@@ -296,7 +299,7 @@ def sample(args: argparse.Namespace) -> int:
 
 def ladder(args: argparse.Namespace) -> int:
     climb = Ladder.from_text(load_shakespeare(args.shakespeare), args.steps, args.seed,
-                   stages=args.stages or tuple(STAGES), device=args.device)
+                   stages=args.stages or tuple(RUNGS), device=args.device, schedule=SCHEDULES[args.schedule])
     if not args.json:
         print(f"{'stage':14} {'params':>8} {'val loss':>9} {'lecture':>8} {'seconds':>8}")
     interactive = sys.stderr.isatty()
@@ -312,7 +315,7 @@ def ladder(args: argparse.Namespace) -> int:
             print(json.dumps({"stage": rung.stage, "val_loss": round(rung.val_loss, 4), "params": rung.params,
                               "seconds": round(rung.seconds, 1)}), flush=True)
         else:
-            lecture = STAGES[rung.stage].lecture_loss
+            lecture = RUNGS[rung.stage].lecture_loss
             print(f"{rung.stage:14} {rung.params:>8,} {rung.val_loss:>9.4f} "
                   f"{'-' if lecture is None else f'{lecture:.2f}':>8} {rung.seconds:>8.1f}", flush=True)
     return 0

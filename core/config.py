@@ -186,6 +186,12 @@ STAGES: dict[str, Stage] = {
 }
 
 
+# What makes a block Llama-style, beyond the GPT: rotary positions, RMSNorm and a SwiGLU feed-forward.
+# (Grouped key/value heads are left out: Llama 1 and Llama 2 7B have none, and at a given size they
+# save cache memory, not loss.) The llama-style preset and the Ladder's last rung both build on it.
+LLAMA_PARTS = dict(position="rope", norm="rmsnorm", activation="swiglu")
+
+
 def stage_config(stage: str, **fields) -> GPTConfig:
     """A GPTConfig for one stage of the seeds' progression; `fields` set the sizes.
 

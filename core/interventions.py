@@ -28,7 +28,7 @@ import torch
 from torch.nn import functional as F
 
 from core.config import GPTConfig
-from core.model import GPT
+from core.model import GPT, alibi_penalty
 
 
 def _check_head(model: GPT, layer: int, head: int) -> None:
@@ -82,6 +82,20 @@ class HeadSteps:
     output: torch.Tensor  # (D,) their sum: what the head writes for the query token
     weights_unscaled: torch.Tensor  # (T,) what the weights would be without the division by sqrt(D)
     weights_unmasked: torch.Tensor  # (T,) ... and without the mask (the query would see the future)
+    # With RoPE: the query and the keys before their turn by position (q and k above are after it).
+    q_unrotated: torch.Tensor | None = None  # (D,)
+    k_unrotated: torch.Tensor | None = None  # (T, D)
+    alibi: torch.Tensor | None = None  # (T,) with ALiBi: the penalty -slope * distance added to `scaled`
+
+    @property
+    def alibi_slope(self) -> float | None:
+        """ALiBi's slope of this head (None without ALiBi, or for the first token: nothing is behind it)."""
+        return None if self.alibi is None or self.query == 0 else -self.alibi[0].item() / self.query
+
+    @property
+    def out_of_window(self) -> int:
+        """How many of the keys up to the query a sliding window hides (the earliest ones)."""
+        return int(torch.isinf(self.masked[: self.query + 1]).sum())
 
     def to_dict(self) -> dict:
         """Plain lists of floats (JSON), -inf as None."""
@@ -110,8 +124,18 @@ def head_steps(model: GPT, ids: list[int], layer: int, head: int, query: int) ->
         handle.remove()
     x = seen[0]  # (1, T, C): the layer's input, after its norm
     T, D = len(ids), model.config.head_size
+    unrotated: dict[str, torch.Tensor] = {}  # the query and key heads before RoPE: (1, H or KV, T, D)
+    handles = [hook.register_forward_hook(lambda _m, _i, out, name=name: unrotated.__setitem__(name, out))
+               for name, hook in (("q", attn.hook_q), ("k", attn.hook_k))]
+    try:
+        with torch.no_grad():
+            q_all, k_all, v_all, _ = attn.heads(x)  # (1, H, T, D): rotated where positions are rotary
+    finally:
+        for handle in handles:
+            handle.remove()
+    rotary = model.config.position == "rope"
+    kv_head = head // (model.config.n_head // model.config.kv_heads)  # the key/value head of its group
     with torch.no_grad():
-        q_all, k_all, v_all, _ = attn.heads(x)  # (1, H, T, D): rotated where positions are rotary
         q, k, v = q_all[0, head, query], k_all[0, head], v_all[0, head]  # (D,), (T, D), (T, D)
         scores = k @ q  # (T,)
         scaled = scores / math.sqrt(D) if model.config.scale_attention else scores  # as the model does
@@ -119,8 +143,8 @@ def head_steps(model: GPT, ids: list[int], layer: int, head: int, query: int) ->
         # sliding window, those too far back; ALiBi subtracts a penalty that grows with the distance.
         bias = attn.score_bias(T, 0, x.device)  # (H or 1, T, T) or None
         row = torch.zeros(T, device=x.device) if bias is None else bias[head if bias.size(0) > 1 else 0, query]
-        hidden = torch.isinf(row)
-        distance = row.masked_fill(hidden, 0.0)  # ALiBi's penalty alone (zeros without ALiBi)
+        alibi = (alibi_penalty(model.config.n_head, torch.tensor([query]), torch.arange(T))[head, 0]
+                 if model.config.position == "alibi" else torch.zeros(T))  # every key's, the hidden ones' too
         masked = scaled + row
         weights = F.softmax(masked, dim=-1)
         weighted = weights[:, None] * v
@@ -128,7 +152,10 @@ def head_steps(model: GPT, ids: list[int], layer: int, head: int, query: int) ->
         layer, head, query, q.cpu(), k.cpu(), scores.cpu(), scaled.cpu(), masked.cpu(), weights.cpu(), v.cpu(),
         weighted.cpu(), weighted.sum(0).cpu(),
         weights_unscaled=F.softmax(scores + row, dim=-1).cpu(),
-        weights_unmasked=F.softmax(scaled + distance, dim=-1).cpu(),
+        weights_unmasked=F.softmax(scaled + alibi.to(scaled.device), dim=-1).cpu(),
+        q_unrotated=unrotated["q"][0, head, query].cpu() if rotary else None,
+        k_unrotated=unrotated["k"][0, kv_head].cpu() if rotary else None,
+        alibi=alibi if model.config.position == "alibi" else None,
     )
 
 

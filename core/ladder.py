@@ -2,12 +2,13 @@
 
 Karpathy's "Let's build GPT" adds one idea at a time to a bigram model and prints the validation
 loss after each: communication (attention) and computation (feed-forward) each lower it, and
-residual connections with LayerNorm let blocks stack. `Ladder` retraces that on Tiny Shakespeare:
+residual connections with LayerNorm let blocks stack. `Ladder` retraces that on Tiny Shakespeare,
+then climbs one rung past the lecture: today's parts (`RUNGS["llama"]`) at the same sizes.
 
     ladder = Ladder.from_text(load_shakespeare(), steps=10_000, seed=1337)
     for event in ladder.climb():          # every training step of every rung, in order
         if event.rung:                    # a rung is finished
-            print(event.rung.stage, event.rung.val_loss, STAGES[event.rung.stage].lecture_loss)
+            print(event.rung.stage, event.rung.val_loss, RUNGS[event.rung.stage].lecture_loss)
 
 Every rung starts from the same seed and sees the same batches; only the model differs.
 From the command line: `python -m core ladder --steps 10000 --seed 1337 --json`.
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from core.config import STAGES, GPTConfig, TrainConfig, stage_config
+from core.config import LLAMA_PARTS, STAGES, GPTConfig, Stage, TrainConfig
 from core.data import TokenData, default_tokenizer
 from core.model import GPT
 from core.schedule import FairShare
@@ -39,14 +40,41 @@ LECTURE_MODEL = dict(block_size=32, n_embd=32, n_head=4, n_layer=3, dropout=0.0,
 LECTURE_TRAIN = dict(batch_size=16, learning_rate=1e-3, min_lr=1e-3, warmup_iters=0, weight_decay=0.01,
                      beta1=0.9, beta2=0.999, grad_clip=0.0, eval_iters=200, dtype="float32")
 DEFAULT_STEPS = 10_000
+# The schedules a climb may take: the lecture's constant rate needs its 10,000 steps (here) for
+# attention to pay; a climb of a few thousand steps (the app's default: 3,000) needs a higher peak,
+# with nanoGPT's cosine decay to a tenth. At 3,000 steps with the lecture's rate one head ended
+# above the bigram on seed 1337; with "short" every rung with attention beats the one before by
+# 0.07 or more (tests/bench/README.md).
+SCHEDULES: dict[str, dict] = {
+    "lecture": {},
+    "short": dict(learning_rate=3e-3, min_lr=3e-4),
+}
+# The rungs: the seeds' stages, then the GPT with today's parts. Not a stage of the Train form, where
+# the same parts are the Modern parts options of any stage.
+RUNGS: dict[str, Stage] = {
+    **STAGES,
+    "llama": Stage(
+        "+ today's parts (Llama-style)",
+        "rotary positions, RMSNorm and a SwiGLU feed-forward, as Llama builds a block: lower again, at the same size.",
+        {**STAGES["gpt"].options, **LLAMA_PARTS}, None,
+    ),
+}
 CURVE_POINTS = 20  # validation estimates per rung: the curves the app overlays
 
 
 def ladder_configs(stage: str, vocab_size: int, steps: int = DEFAULT_STEPS, seed: int = 1337, *,
-                   eval_iters: int = LECTURE_TRAIN["eval_iters"], device: str = "auto") -> tuple[GPTConfig, TrainConfig]:
-    """One rung's model and training configs at the lecture's sizes."""
-    model = stage_config(stage, vocab_size=vocab_size, **LECTURE_MODEL)
-    train = TrainConfig(**{**LECTURE_TRAIN, "eval_iters": eval_iters}, max_iters=steps, lr_decay_iters=steps,
+                   eval_iters: int = LECTURE_TRAIN["eval_iters"], device: str = "auto",
+                   schedule: dict | None = None) -> tuple[GPTConfig, TrainConfig]:
+    """One rung's model and training configs at the lecture's sizes; `schedule` overrides the
+    lecture's learning rates (`learning_rate`, `min_lr`: a cosine decay from one to the other)."""
+    unknown = set(schedule or {}) - {"learning_rate", "min_lr"}
+    if unknown:
+        raise ValueError(f"a schedule sets learning_rate and min_lr, not {sorted(unknown)}")
+    if stage not in RUNGS:
+        raise ValueError(f"stage must be one of {list(RUNGS)}, got {stage!r}")
+    model = GPTConfig(**{**LECTURE_MODEL, "vocab_size": vocab_size, **RUNGS[stage].options})
+    train = TrainConfig(**{**LECTURE_TRAIN, **(schedule or {}), "eval_iters": eval_iters}, max_iters=steps,
+                        lr_decay_iters=steps,
                         eval_interval=max(1, steps // CURVE_POINTS), seed=seed, device=device)
     return model, train
 
@@ -90,16 +118,18 @@ class Ladder:
     """Trains `stages` (default: all of them, in order) one after another on `data`."""
 
     def __init__(self, tokenizer: Tokenizer, data: TokenData, steps: int = DEFAULT_STEPS, seed: int = 1337, *,
-                 stages: Sequence[str] = tuple(STAGES), eval_iters: int = LECTURE_TRAIN["eval_iters"],
-                 device: str = "auto", share: FairShare | None = None) -> None:
-        unknown = [stage for stage in stages if stage not in STAGES]
+                 stages: Sequence[str] = tuple(RUNGS), eval_iters: int = LECTURE_TRAIN["eval_iters"],
+                 device: str = "auto", share: FairShare | None = None, schedule: dict | None = None) -> None:
+        unknown = [stage for stage in stages if stage not in RUNGS]
         if unknown or not stages:
-            raise ValueError(f"stages must be some of {list(STAGES)}, got {list(stages)!r}")
+            raise ValueError(f"stages must be some of {list(RUNGS)}, got {list(stages)!r}")
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise ValueError(f"steps must be a positive integer, got {steps!r}")
         self.stages = tuple(stages)
         self.steps, self.seed, self.eval_iters, self.device, self.share = steps, seed, eval_iters, device, share
         self.tokenizer, self.data = tokenizer, data
+        self.schedule = dict(schedule or {})
+        self.configs(self.stages[0])  # a wrong schedule fails here, not at the first rung
         self.rungs: list[Rung] = []
         self._trainer: Trainer | None = None
         self._stop = threading.Event()
@@ -111,7 +141,7 @@ class Ladder:
 
     def configs(self, stage: str) -> tuple[GPTConfig, TrainConfig]:
         return ladder_configs(stage, self.tokenizer.vocab_size, self.steps, self.seed,
-                              eval_iters=self.eval_iters, device=self.device)
+                              eval_iters=self.eval_iters, device=self.device, schedule=self.schedule)
 
     def stop(self) -> None:
         """End the rung in training after its current step, and climb no further (thread-safe)."""
@@ -144,7 +174,7 @@ class Ladder:
                 yield LadderEvent(stage, index, len(self.stages), event, curve)
                 continue
             if event.error:  # a ValueError: the app shows it to the learner
-                raise ValueError(f"The {STAGES[stage].title} rung failed: {event.error}")
+                raise ValueError(f"The {RUNGS[stage].title} rung failed: {event.error}")
             rung = Rung(stage, model.parameter_counts()["total"], _final_loss(trainer, curve), trainer.elapsed,
                         trainer.step, curve, stopped=event.stopped)
             self.rungs.append(rung)

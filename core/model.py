@@ -5,6 +5,7 @@ Shapes: B batch, T time (tokens), C channels (n_embd), H heads, D head size (C /
 The seeds' teaching progression (bigram -> full GPT) is a set of switches on this one
 model (see `core.config.STAGES`). What people look at passes through named hook points,
 TransformerLens style: `hook_embed` (the residual stream before any block),
+`blocks.{i}.attn.hook_q` and `hook_k` (queries and keys, before RoPE turns them),
 `blocks.{i}.attn.hook_pattern` (attention weights), `blocks.{i}.attn.hook_z` (each head's
 output before the heads are mixed) and `blocks.{i}.hook_resid_post` (the stream after block i).
 Nobody looking at attention means the fast fused `scaled_dot_product_attention`; somebody
@@ -72,6 +73,13 @@ def alibi_slopes(n_head: int) -> torch.Tensor:
     return torch.tensor(slopes)
 
 
+def alibi_penalty(n_head: int, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """ALiBi's bias on the scores, (H, Tq, Tk): each head's slope times the distance between the
+    absolute positions `query` (Tq,) and `key` (Tk,), negated: far keys count less."""
+    distance = (query[:, None] - key[None, :]).abs()  # (Tq, Tk)
+    return -alibi_slopes(n_head).to(query.device)[:, None, None] * distance
+
+
 def rotate(x: torch.Tensor, position: torch.Tensor, base: float) -> torch.Tensor:
     """Rotary position embedding of x (..., T, D) at absolute positions (T,): channel pairs (i, i + D/2)
     turn by the angle position * base^(-2i/D), the half-split layout of Llama and Hugging Face."""
@@ -100,6 +108,8 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
+        self.hook_q = HookPoint()  # (B, H, T, D) queries, before RoPE turns them
+        self.hook_k = HookPoint()  # (B, KV, T, D) keys, likewise (one per key/value head)
         self.hook_pattern = HookPoint()  # (B, H, T, T_seen) attention weights
         self.hook_z = HookPoint()  # (B, H, T, D) each head's output: hooks may read or replace it
         self.fused = True  # False: always the explicit path (see GPT.explicit_attention)
@@ -112,8 +122,9 @@ class CausalSelfAttention(nn.Module):
         kv_channels = self.n_kv_head * self.head_size
         q, k, v = self.qkv(x).split([C, kv_channels, kv_channels], dim=2)
         # (B, T, C) -> (B, H, T, D); keys and values (B, KV, T, D)
-        q = q.view(B, T, self.n_head, self.head_size).transpose(1, 2)
+        q = self.hook_q(q.view(B, T, self.n_head, self.head_size).transpose(1, 2))
         k, v = (t.view(B, T, self.n_kv_head, self.head_size).transpose(1, 2) for t in (k, v))
+        k = self.hook_k(k)
         past = 0 if cache is None else cache.seen(layer)
         if self.rope_base is not None:
             position = torch.arange(past, past + T, device=x.device)
@@ -127,18 +138,18 @@ class CausalSelfAttention(nn.Module):
     def score_bias(self, T: int, past: int, device: torch.device) -> torch.Tensor | None:
         """What is added to the scaled scores, (H or 1, T, past + T): -inf where a query may not look
         (after it under the causal mask, beyond the window), ALiBi's distance penalty; None for none."""
-        query = torch.arange(past, past + T, device=device)[:, None]  # absolute positions
-        key = torch.arange(past + T, device=device)[None, :]
+        query = torch.arange(past, past + T, device=device)  # absolute positions
+        key = torch.arange(past + T, device=device)
         hidden = torch.zeros(T, past + T, dtype=torch.bool, device=device)
         if self.causal:
-            hidden |= key > query
+            hidden |= key[None, :] > query[:, None]
         if self.window is not None:
-            hidden |= key <= query - self.window
+            hidden |= key[None, :] <= query[:, None] - self.window
         if not self.alibi and not hidden.any():
             return None
         bias = torch.zeros(1, T, past + T, device=device).masked_fill(hidden, float("-inf"))
         if self.alibi:
-            bias = bias - alibi_slopes(self.n_head).to(device)[:, None, None] * (query - key).abs()
+            bias = bias + alibi_penalty(self.n_head, query, key)
         return bias
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:

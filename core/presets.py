@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from core.config import GPTConfig, TrainConfig
+from core.config import LLAMA_PARTS, GPTConfig, TrainConfig
 from core.data import corpus_text, default_tokenizer
 from core.tokenizers import Tokenizer
 
@@ -71,8 +71,7 @@ PRESETS: dict[str, Preset] = {
             "at validation loss about 1.71, where the CPU recipe ends about 1.89 (one seed measured so far).",
             "shakespeare", "char",
             model=dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,
-                       **{**NANOGPT_MODEL, "tie_weights": False}, position="rope", norm="rmsnorm",
-                       activation="swiglu", n_kv_head=2),
+                       **{**NANOGPT_MODEL, "tie_weights": False}, **LLAMA_PARTS, n_kv_head=2),
             train=dict(max_iters=2000, lr_decay_iters=2000, batch_size=12, eval_interval=250, eval_iters=20,
                        **NANOGPT_TRAIN),
         ),

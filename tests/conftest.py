@@ -111,6 +111,12 @@ def plotted(value):
     return go.Figure(json.loads(value.plot)) if hasattr(value, "plot") else value
 
 
+def api_client(url: str):
+    """A gradio_client Client with room for a slow host: its own uploads would time out after httpx's 5 s."""
+    from gradio_client import Client
+    return Client(url, verbose=False, httpx_kwargs={"timeout": 60})
+
+
 def free_port() -> int:
     """A port the OS says is free right now."""
     import socket

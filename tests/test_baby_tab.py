@@ -7,7 +7,7 @@ import math
 import gradio as gr
 import pytest
 
-from conftest import plotted
+from conftest import api_client, plotted
 from core.babygpt import EXAMPLE_SEQUENCE, BabyConfig, BabyRun, analyse_chain, transition_graph
 from playground.context import AppContext
 from playground.figures.baby import ARROW_ROOM, AXIS_LIMIT, LABEL_SIZE, chain_figure, comparison_figure
@@ -316,10 +316,9 @@ def test_one_training_per_session(handlers, ctx):
 
 @pytest.mark.integration
 def test_api_trains_scrubs_and_walks(running_app):
-    from gradio_client import Client
 
     demo, url = running_app
-    client = Client(url, verbose=False)
+    client = api_client(url)
     chain, status, slider, loss, comparison, table, analysis, walk_text = client.predict(
         *DEFAULT_FORM, api_name="/baby_gpt_train")
     assert status.startswith("Trained 50 steps") and "011 → 111 → 110 → 101 → 011" in analysis

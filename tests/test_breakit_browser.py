@@ -3,7 +3,7 @@ attention replayed with the slider and played, the heads' scores over training d
 go to tests/screenshots/ (git-ignored) for a person to look at."""
 
 import pytest
-from conftest import SCREENSHOTS
+from conftest import SCREENSHOTS, api_client
 
 from test_browser import assert_no_errors, set_number
 from test_train_browser import open_page  # noqa: F401 (a fixture)
@@ -37,11 +37,10 @@ def test_no_mask_trains_and_its_attention_replays(open_page, width, height, name
 
 
 def test_the_attention_movie_endpoint_over_http(running_app):
-    from gradio_client import Client
 
     from test_train_browser import TINY
 
-    client = Client(running_app[1], verbose=False)  # one client: one session
+    client = api_client(running_app[1])  # one client: one session
     with pytest.raises(Exception, match="no attention movie yet"):
         client.predict(api_name="/attention_movie")
     client.predict(**{**TINY, "steps": 12, "causal": False}, api_name="/train")

@@ -10,6 +10,7 @@ import time
 import httpx
 
 import pytest
+from conftest import api_client
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
@@ -36,13 +37,13 @@ def registry(running_app):
 @pytest.fixture(scope="module")
 def trained(url):
     """A client whose session has a trained tiny model (shared by tests that only read it)."""
-    client = Client(url, verbose=False)
+    client = api_client(url)
     client.predict(**TINY, api_name="/train")
     return client
 
 
 def new_client(url: str) -> Client:
-    return Client(url, verbose=False)
+    return api_client(url)
 
 
 def session_of(registry, client: Client):

@@ -6,9 +6,8 @@ import math
 import pytest
 
 from core.__main__ import main
-from core.config import STAGES
 from core.data import load_shakespeare
-from core.ladder import LECTURE_MODEL, Ladder, ladder_configs, ladder_data
+from core.ladder import LECTURE_MODEL, RUNGS, Ladder, ladder_configs, ladder_data
 
 TEXT = load_shakespeare()[:60_000]  # enough for every rung to learn a little in a few steps
 
@@ -18,29 +17,41 @@ def data():
     return ladder_data(TEXT)
 
 
+def test_the_last_rung_is_the_gpt_with_todays_parts():
+    gpt, _ = ladder_configs("gpt", vocab_size=65)
+    llama, _ = ladder_configs("llama", vocab_size=65)
+    assert (llama.position, llama.norm, llama.activation) == ("rope", "rmsnorm", "swiglu")
+    assert (llama.n_layer, llama.n_head, llama.n_embd, llama.block_size) == (gpt.n_layer, gpt.n_head, gpt.n_embd,
+                                                                              gpt.block_size)
+    assert list(RUNGS)[-2:] == ["gpt", "llama"]
+
+
 def test_rungs_are_the_stages_at_the_lectures_sizes():
-    for stage in STAGES:
+    for stage in RUNGS:
         model, train = ladder_configs(stage, vocab_size=65, steps=500, seed=3)
         assert (model.n_embd, model.block_size, model.activation) == (32, 32, "relu")
         assert (train.batch_size, train.learning_rate, train.min_lr, train.max_iters) == (16, 1e-3, 1e-3, 500)
         assert train.seed == 3 and train.eval_interval == 25  # 20 points on each curve
         # the early rungs are one layer as the lecture builds them; the last is three blocks
-        assert model.n_layer == (LECTURE_MODEL["n_layer"] if stage == "gpt" else 1)
+        assert model.n_layer == (LECTURE_MODEL["n_layer"] if model.use_residual else 1)
         assert model.n_head == (1 if stage == "one_head" else 4)
 
 
 def test_a_climb_trains_every_rung_in_order_and_repeats_exactly(data):
     first = Ladder(*data, steps=30, seed=5, eval_iters=4, device="cpu")
     events = list(first.climb())
-    assert [rung.stage for rung in first.rungs] == list(STAGES)
-    assert [e.stage for e in events if e.rung] == list(STAGES)
-    assert all(e.index == list(STAGES).index(e.stage) and e.total == len(STAGES) for e in events)
+    assert [rung.stage for rung in first.rungs] == list(RUNGS)
+    assert [e.stage for e in events if e.rung] == list(RUNGS)
+    assert all(e.index == list(RUNGS).index(e.stage) and e.total == len(RUNGS) for e in events)
     for rung in first.rungs:
         assert rung.steps == 30 and not rung.stopped and math.isfinite(rung.val_loss)
         assert rung.val_loss < math.log(65)  # every rung learned something, none is dead
         assert [step for step, _ in rung.curve][-1] == 30 and rung.curve[-1][1] == rung.val_loss
-    params = [rung.params for rung in first.rungs]
-    assert params == sorted(params) and params[0] < params[-1]
+    params = {rung.stage: rung.params for rung in first.rungs}
+    lecture = [params[stage] for stage in RUNGS if stage != "llama"]
+    assert lecture == sorted(lecture) and lecture[0] < lecture[-1]  # each idea of the lecture adds weights
+    # today's parts at the same size: no position table (RoPE), a SwiGLU as large as the ReLU layer
+    assert abs(params["llama"] - params["gpt"]) < 0.05 * params["gpt"]
     again = Ladder(*data, steps=30, seed=5, eval_iters=4, device="cpu")
     list(again.climb())
     assert [r.val_loss for r in again.rungs] == [r.val_loss for r in first.rungs]  # seeded: same numbers
@@ -75,4 +86,4 @@ def test_the_command_line_prints_one_line_per_stage(capsys):
     assert main(["ladder", "--steps", "2", "--stages", "one_head", "--device", "cpu"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["stage", "params", "val", "loss", "lecture", "seconds"]
-    assert table[1].startswith("one_head") and f"{STAGES['one_head'].lecture_loss:.2f}" in table[1]
+    assert table[1].startswith("one_head") and f"{RUNGS['one_head'].lecture_loss:.2f}" in table[1]

@@ -8,7 +8,7 @@ import re
 import pytest
 from conftest import SCREENSHOTS
 
-from core.config import STAGES
+from core.ladder import RUNGS
 from playground.tabs import ladder as tab
 
 pytestmark = pytest.mark.browser
@@ -54,7 +54,7 @@ def test_one_click_climbs_the_whole_ladder(running_app, browser, width, height):
     rows = page.evaluate(ROWS)
     assert [row[:3] for row in rows] == [
         [f"{i}. {stage.title}", tab.PENDING, "" if stage.lecture_loss is None else f"{stage.lecture_loss:.2f}"]
-        for i, stage in enumerate(STAGES.values(), 1)]
+        for i, stage in enumerate(RUNGS.values(), 1)]
     page.locator("#ladder-plot").get_by_text("Press Climb the ladder").wait_for()
 
     steps = page.get_by_label("number input for Steps per rung")
@@ -71,7 +71,7 @@ def test_one_click_climbs_the_whole_ladder(running_app, browser, width, height):
     plot = page.locator("#ladder-plot")
     legend = plot.locator(".legendtext").evaluate_all("texts => texts.map(t => t.textContent)")  # SVG: no innerText
     assert legend == [row[0] for row in rows]
-    assert plot.locator(".scatterlayer .trace").count() == 6 + sum(s.lecture_loss is not None for s in STAGES.values())
+    assert plot.locator(".scatterlayer .trace").count() == len(RUNGS) + sum(s.lecture_loss is not None for s in RUNGS.values())
     chart = plot.locator(".main-svg").first.bounding_box()
     assert chart["x"] >= 0 and chart["x"] + chart["width"] <= width  # the chart fits the screen
 

@@ -9,7 +9,7 @@ import gradio as gr
 import pytest
 
 from conftest import plotted
-from core.config import STAGES
+from core.ladder import RUNGS
 from core.data import DataError
 from playground.app import TABS, build_app
 from playground.context import AppContext
@@ -60,10 +60,10 @@ def climb_until(stream, rung: int, step: int) -> tuple:
 def test_before_a_climb_every_rung_is_pending_beside_the_lecture(handlers):
     status, plot, table = handlers.initial()
     assert "Climb the ladder" in status
-    assert list(table["rung"]) == [f"{i}. {stage.title}" for i, stage in enumerate(STAGES.values(), 1)]
-    assert list(table["val loss"]) == [tab.PENDING] * len(STAGES)
+    assert list(table["rung"]) == [f"{i}. {stage.title}" for i, stage in enumerate(RUNGS.values(), 1)]
+    assert list(table["val loss"]) == [tab.PENDING] * len(RUNGS)
     assert list(table["lecture"]) == ["" if s.lecture_loss is None else f"{s.lecture_loss:.2f}"
-                                            for s in STAGES.values()]
+                                            for s in RUNGS.values()]
     assert plotted(plot).data == ()
     assert plotted(plot).layout.annotations[0].text.startswith("Press Climb the ladder")
 
@@ -84,9 +84,9 @@ def test_a_climb_fills_every_row_and_overlays_every_curve(handlers):
     assert all(float(seconds) > 0 for seconds in table["time (s)"])
     assert curves(plot) == list(table["rung"])  # one curve per rung, with the rung's title in the legend
     dotted = [trace for trace in plotted(plot).data if trace.showlegend is False]
-    assert [trace.y[0] for trace in dotted] == [s.lecture_loss for s in STAGES.values() if s.lecture_loss]
+    assert [trace.y[0] for trace in dotted] == [s.lecture_loss for s in RUNGS.values() if s.lecture_loss]
     ladder = handlers.ctx.registry.get("a").ladder
-    assert [rung.stage for rung in ladder.rungs] == list(STAGES) and ladder.eval_iters == tab.EVAL_ITERS
+    assert [rung.stage for rung in ladder.rungs] == list(RUNGS) and ladder.eval_iters == tab.EVAL_ITERS
 
     # while it climbed: where it stood, the rungs to come pending, the curves so far; throttled
     during = [update for update in updates if update[0].startswith("Rung ")]

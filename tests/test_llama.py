@@ -97,7 +97,7 @@ def test_rope_theta_is_read_from_transformers_4_and_5_configs():
 
 
 def test_a_saved_config_of_this_transformers_is_read(tmp_path):
-    folder = saved(tiny_llama(rope_theta=100000.0), tmp_path)
+    saved(tiny_llama(rope_theta=100000.0), tmp_path)
     written = json.loads((tmp_path / "config.json").read_text())
     assert llama_config(written).rope_base == 100000.0
 

@@ -151,6 +151,34 @@ def test_head_steps_give_the_models_own_weights(options):
         assert torch.allclose(steps.weights, expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("kv_heads", [None, 2])
+def test_head_steps_show_ropes_turn_with_the_unturned_vectors(kv_heads):
+    model = model_of(position="rope", n_kv_head=kv_heads)
+    layer, head, query = 1, 3, 9
+    steps = head_steps(model, IDS, layer, head, query)
+    D = model.config.head_size
+    # the unturned vectors are the layer's own projections, and turning them by position gives q and k
+    assert torch.allclose(rotate(steps.q_unrotated[None], torch.tensor([query]), 10000.0)[0], steps.q, atol=1e-6)
+    assert torch.allclose(rotate(steps.k_unrotated, torch.arange(len(IDS)), 10000.0), steps.k, atol=1e-6)
+    assert not torch.allclose(steps.q_unrotated, steps.q) and steps.q_unrotated.shape == (D,)
+    assert torch.allclose(steps.q_unrotated.norm(), steps.q.norm(), atol=1e-5)  # a turn keeps the length
+    assert steps.alibi is None and steps.alibi_slope is None and steps.out_of_window == 0
+
+
+def test_head_steps_show_alibis_penalty_and_the_window():
+    model = model_of(position="alibi", window=4)
+    layer, head, query = 0, 2, 10
+    steps = head_steps(model, IDS, layer, head, query)
+    slope = alibi_slopes(4)[head].item()
+    distance = torch.tensor([abs(query - key) for key in range(len(IDS))], dtype=torch.float32)
+    assert torch.allclose(steps.alibi, -slope * distance) and steps.alibi_slope == pytest.approx(slope)
+    visible = slice(query - 3, query + 1)  # the window: the query and the 3 keys before it
+    assert torch.allclose(steps.masked[visible], (steps.scaled - slope * distance)[visible])
+    assert torch.isinf(steps.masked[: query - 3]).all() and steps.out_of_window == query - 3
+    assert steps.q_unrotated is None and steps.k_unrotated is None
+    assert head_steps(model_of(), IDS, 0, 0, 5).alibi is None  # learned positions: no penalty row
+
+
 @pytest.mark.parametrize("options", [dict(position="alibi", norm="rmsnorm", activation="swiglu", n_kv_head=2,
                                           window=5)], ids=name)
 def test_a_modern_model_round_trips_through_a_checkpoint(tmp_path, options):

@@ -45,3 +45,23 @@ def test_a_loaded_checkpoint_shows_its_parts(train, ctx, tmp_path):
     path = save_archive(tmp_path / "modern.zip", GPT(config), CharTokenizer("abcdefghijklmnopqrstuvwxyz|\n"))
     shown = train.load_checkpoint(str(path), "m")
     assert {name: shown[name] for name in MODERN} == LLAMA_PARTS
+
+
+def test_step_by_step_shows_ropes_turn_and_alibis_penalty(train, ctx):
+    from playground.tabs.attention import AttentionHandlers
+
+    attention = AttentionHandlers(ctx)
+    run_train(train, "rope", position="rope")
+    attention.analyse("abcdefgh|abcdefgh", "rope")
+    note, table, vectors = attention.head_steps(0, 0, 6, False, False, "rope")
+    assert "Rotary positions (RoPE)" in note and "ALiBi" not in note
+    titles = [a.text for a in vectors.layout.annotations]
+    assert any("before RoPE" in t for t in titles) and any("turned by their positions" in t for t in titles)
+    assert "+ mask" in list(table.data[0].x)
+
+    run_train(train, "alibi", position="alibi", window=4)
+    attention.analyse("abcdefgh|abcdefgh", "alibi")
+    note, table, vectors = attention.head_steps(0, 1, 6, False, False, "alibi")
+    assert "**ALiBi:**" in note and "slope m = " in note and "Sliding window:** the 3 earliest" in note
+    assert list(table.data[0].x)[2:4] == ["ALiBi −m·dist", "+ ALiBi, mask"]
+    assert not any("before RoPE" in a.text for a in vectors.layout.annotations)

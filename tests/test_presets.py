@@ -8,7 +8,7 @@ from core.babygpt import StateSpace, next_token_probs
 from core.config import GPTConfig
 from core.data import CORPORA, TokenData
 from core.model import GPT
-from core.presets import PRESETS, get_preset, preset_configs, preset_corpus
+from core.presets import PRESETS, preset_configs, preset_corpus
 from core.config import TrainConfig
 from core.train import Trainer
 

@@ -7,8 +7,7 @@ import statistics
 import time
 
 import pytest
-from conftest import SCREENSHOTS
-from gradio_client import Client
+from conftest import SCREENSHOTS, api_client
 
 from core.presets import get_preset
 from playground.sessions import Session
@@ -65,19 +64,21 @@ def test_stop_twenty_times_on_a_busy_server(running_app, open_page, monkeypatch)
     registry = demo.registry
     stopped_at, reached = [], []  # the step and moment each Stop reached the trainer: in the server itself
     original = Session.stop_work
+    mine = []  # the browser's session, once known: the server also stops others' (a sweep of idle ones)
 
     def recording_stop_work(self):
-        if self.trainer is not None:
+        if self.trainer is not None and self in mine:
             stopped_at.append(self.trainer.step)
             reached.append(time.monotonic())
         original(self)
 
     monkeypatch.setattr(Session, "stop_work", recording_stop_work)
-    busy = Client(url, verbose=False)  # another learner trains all along
+    busy = api_client(url)  # another learner trains all along
     other = busy.submit(**TINY, api_name="/train")
     before = set(registry._sessions)
     page = open_page()
     session = browser_session(registry, before)
+    mine.append(session)
     try:
         set_number(page, "Steps", 5000)
         seconds, extra_steps = [], []

@@ -59,8 +59,12 @@ def steps_table(steps: HeadSteps, labels: list[str], *, without_scale: bool = Fa
     Each column is coloured on its own scale (the weights on 0 to 1); a masked cell is grey.
     """
     d = steps.q.numel()
-    columns = [("q·k", steps.scores, 2), (f"÷√{d}", steps.scaled, 2), ("+ mask", steps.masked, 2),
-               ("softmax", steps.weights, 3)]
+    columns = [("q·k", steps.scores, 2), (f"÷√{d}", steps.scaled, 2)]
+    if steps.alibi is not None:  # ALiBi's penalty, then the scores with it (and the mask)
+        columns += [("ALiBi −m·dist", steps.alibi, 2), ("+ ALiBi, mask", steps.masked, 2)]
+    else:
+        columns.append(("+ mask", steps.masked, 2))
+    columns.append(("softmax", steps.weights, 3))
     if without_scale:
         columns.append((f"no ÷√{d}", steps.weights_unscaled, 3))
     if without_mask:
@@ -101,13 +105,21 @@ def steps_table(steps: HeadSteps, labels: list[str], *, without_scale: bool = Fa
 
 
 def steps_vectors(steps: HeadSteps, labels: list[str]) -> go.Figure:
-    """The vectors, one row each: the query q, every key k, every value times its weight, and
-    their sum, the head's output for the query token. Colour: sign and size, each panel on its own
-    scale; numbers in the cells when the vectors are short."""
+    """The vectors, one row each: the query q, every key k (with RoPE, each before and after its turn),
+    every value times its weight, and their sum, the head's output for the query token. Colour: sign
+    and size, each panel on its own scale; numbers in the cells when the vectors are short."""
     names = _names(labels)
-    panels = [
-        (f"query q of {names[steps.query]}", steps.q[None], [names[steps.query]]),
-        ("keys k", steps.k, names),
+    query = names[steps.query]
+    if steps.q_unrotated is not None:  # RoPE: each vector before and after its turn by position
+        panels = [
+            (f"query q of {query}, before RoPE", steps.q_unrotated[None], [query]),
+            (f"q turned by its position ({steps.query})", steps.q[None], [query]),
+            ("keys k, before RoPE", steps.k_unrotated, names),
+            ("keys turned by their positions", steps.k, names),
+        ]
+    else:
+        panels = [(f"query q of {query}", steps.q[None], [query]), ("keys k", steps.k, names)]
+    panels += [
         ("values × their weight", steps.weighted, names),
         ("output: the sum of the rows above", steps.output[None], ["output"]),
     ]

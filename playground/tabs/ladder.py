@@ -20,9 +20,9 @@ import pandas as pd
 import torch
 from gradio.components.plot import PlotData
 
-from core.config import STAGES
 from core.data import DataError, TokenData, load_shakespeare
-from core.ladder import LECTURE_MODEL, LECTURE_TRAIN, Ladder, LadderEvent, ladder_data
+from core.ladder import LECTURE_MODEL, LECTURE_TRAIN, RUNGS, SCHEDULES, Ladder, LadderEvent, ladder_data
+from core.schedule import FairShare
 from core.model import GPT
 from core.tokenizers import Tokenizer
 from playground import validate
@@ -30,8 +30,11 @@ from playground.context import AppContext
 from playground.figures.ladder import ladder_figure
 from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
 
+# 3,000 steps: every rung in about two to three minutes on a 2-core server. The lecture's constant
+# learning rate needs 10,000 for attention to pay, so the tab climbs with the short schedule.
 MIN_STEPS, MAX_STEPS, DEFAULT_STEPS, STEP_SIZE = 100, 10_000, 3000, 100
 DEFAULT_SEED = 1337
+SCHEDULE = SCHEDULES["short"]
 # Validation batches per estimate: a quarter of the lecture's 200. Each rung makes 20 estimates
 # (core.ladder.CURVE_POINTS); at the default steps, 200 batches would add about a third to every
 # rung's time on a shared server, 50 add 6-8% (measured on one core).
@@ -47,14 +50,16 @@ INTRO = (
     "Karpathy's *Let's build GPT* lecture adds one idea at a time to a bigram model and prints the validation "
     "loss after each. Here each rung is one of those models, trained in turn on Tiny Shakespeare at the lecture's "
     f"sizes ({LECTURE_MODEL['n_embd']} channels, {LECTURE_MODEL['n_head']} heads, context "
-    f"{LECTURE_MODEL['block_size']}, batches of {LECTURE_TRAIN['batch_size']}, learning rate "
-    f"{LECTURE_TRAIN['learning_rate']:g}; one layer until residual connections, then {LECTURE_MODEL['n_layer']} "
-    "blocks), all from the same seed on the same batches. **Look for:** position embeddings alone cannot help (a "
-    "token knows where it sits but cannot look at the others yet); attention, more heads and the feed-forward each "
-    "lower the loss; residual connections let blocks stack and lower it most."
+    f"{LECTURE_MODEL['block_size']}, batches of {LECTURE_TRAIN['batch_size']}; one layer until residual "
+    f"connections, then {LECTURE_MODEL['n_layer']} blocks), all from the same seed on the same batches, then once "
+    f"more with today's parts. The learning rate falls from {SCHEDULE['learning_rate']:g} to {SCHEDULE['min_lr']:g}: "
+    f"the lecture's constant {LECTURE_TRAIN['learning_rate']:g} needs more steps than a climb here takes. "
+    "**Look for:** position embeddings alone cannot help (a token knows where it sits but cannot look at the "
+    "others yet); attention, more heads and the feed-forward each lower the loss; residual connections let blocks "
+    "stack and lower it most; today's parts lower it again at the same size."
 )
 # The rungs, and why the lecture's figures are a guide rather than a target.
-RUNGS = "\n".join(f"{i}. **{stage.title}**: {stage.description}" for i, stage in enumerate(STAGES.values(), 1)) + (
+RUNG_NOTES = "\n".join(f"{i}. **{stage.title}**: {stage.description}" for i, stage in enumerate(RUNGS.values(), 1)) + (
     "\n\nWithout residual connections, stacked layers do not train: the rungs before them are one layer, as in "
     "the lecture. The lecture's figures come from 5,000 steps at a context of 8 and batches of 32: compare the "
     "shape of the ladder, not the third decimal."
@@ -75,6 +80,12 @@ def shakespeare_data() -> tuple[Tokenizer, TokenData]:
         if _shakespeare is None:  # a failure is not kept: a later climb tries again
             _shakespeare = ladder_data(load_shakespeare())
         return _shakespeare
+
+
+def new_ladder(tokenizer: Tokenizer, data: TokenData, steps: int = DEFAULT_STEPS, seed: int = DEFAULT_SEED,
+               share: FairShare | None = None) -> Ladder:
+    """The climb the tab runs (tests/bench/bench_modern.py measures this one)."""
+    return Ladder(tokenizer, data, steps, seed, share=share, eval_iters=EVAL_ITERS, schedule=SCHEDULE)
 
 
 # ------------------------------------------------------------------ handlers
@@ -110,7 +121,7 @@ class LadderHandlers:
             except DataError as error:  # offline without a copy: said where it stays, the table and chart kept
                 yield f"⚠️ **The ladder needs Tiny Shakespeare, and this server has no copy.** {error}", gr.skip(), gr.skip()
                 return
-            ladder = session.ladder = Ladder(tokenizer, data, steps, seed, share=share, eval_iters=EVAL_ITERS)
+            ladder = session.ladder = new_ladder(tokenizer, data, steps, seed, share)
             if session.stop_requested:  # Stop came while the data loaded
                 ladder.stop()
             params = _parameter_counts(ladder)
@@ -144,7 +155,7 @@ class LadderHandlers:
 
     def initial(self) -> tuple[str, PlotData, pd.DataFrame]:
         """The tab before any climb: every rung pending, the lecture's figures, an empty chart."""
-        status = (f"Press **Climb the ladder**: {len(STAGES)} models train one after another, and each one's curve "
+        status = (f"Press **Climb the ladder**: {len(RUNGS)} models train one after another, and each one's curve "
                   "and loss appear as it learns.")
         return status, ladder_figure([], min(DEFAULT_STEPS, self.max_steps)), _table(None, {})
 
@@ -159,7 +170,7 @@ def _parameter_counts(ladder: Ladder) -> dict[str, int]:
 
 
 def _label(index: int, stage: str) -> str:
-    return f"{index + 1}. {STAGES[stage].title}"
+    return f"{index + 1}. {RUNGS[stage].title}"
 
 
 def _plot(ladder: Ladder, current: LadderEvent | None = None) -> PlotData:
@@ -167,7 +178,7 @@ def _plot(ladder: Ladder, current: LadderEvent | None = None) -> PlotData:
     shown = [(rung.stage, rung.curve) for rung in ladder.rungs]
     if current is not None and current.rung is None:
         shown.append((current.stage, current.curve))
-    return ladder_figure([(_label(i, stage), curve, STAGES[stage].lecture_loss)
+    return ladder_figure([(_label(i, stage), curve, RUNGS[stage].lecture_loss)
                           for i, (stage, curve) in enumerate(shown)], ladder.steps)
 
 
@@ -176,7 +187,7 @@ def _table(ladder: Ladder | None, params: dict[str, int], current: LadderEvent |
     rungs = [] if ladder is None else ladder.rungs
     ended = ladder is not None and current is None  # rungs not trained by now never will be
     rows = []
-    for index, (name, stage) in enumerate(STAGES.items()):
+    for index, (name, stage) in enumerate(RUNGS.items()):
         rung = rungs[index] if index < len(rungs) else None
         before = rungs[index - 1] if 0 < index <= len(rungs) else None
         if rung is not None:
@@ -195,7 +206,7 @@ def _table(ladder: Ladder | None, params: dict[str, int], current: LadderEvent |
 
 def _status(event: LadderEvent, sharing: int) -> str:
     """Where the climb is: the rung, its step and time left; how many share the server when others train."""
-    title, step = STAGES[event.stage].title, event.event
+    title, step = RUNGS[event.stage].title, event.event
     where = f"Rung {event.index + 1} of {event.total}: **{title}**"
     if event.rung is not None:
         status = f"{where} {'stopped' if event.rung.stopped else 'done'}, validation loss {event.rung.val_loss:.3f}."
@@ -216,7 +227,7 @@ def _ended_status(ladder: Ladder, seconds: float | None = None) -> str:
                 f"{finished[0].val_loss:.3f} → {finished[-1].val_loss:.3f}. The table sets each beside the "
                 "lecture's.")
     if rungs and rungs[-1].stopped:
-        where = (f"Stopped on rung {len(rungs)} ({STAGES[rungs[-1].stage].title}) at step {rungs[-1].steps:,} "
+        where = (f"Stopped on rung {len(rungs)} ({RUNGS[rungs[-1].stage].title}) at step {rungs[-1].steps:,} "
                  f"of {ladder.steps:,}")
     else:
         where = f"Stopped after rung {len(rungs)} of {total}" if rungs else "Stopped before the first rung"
@@ -233,7 +244,7 @@ def build(ctx: AppContext) -> LadderHandlers:
     status0, plot0, table0 = handlers.initial()
     gr.Markdown(INTRO, elem_id="ladder-intro")
     with gr.Accordion("What each rung adds", open=False):
-        gr.Markdown(RUNGS)
+        gr.Markdown(RUNG_NOTES)
     with gr.Row(equal_height=True):
         steps = gr.Slider(handlers.min_steps, handlers.max_steps, min(DEFAULT_STEPS, handlers.max_steps),
                           step=STEP_SIZE, label="Steps per rung", scale=3, min_width=240, elem_id="ladder-steps")

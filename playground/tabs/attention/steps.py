@@ -73,6 +73,19 @@ def _steps_note(steps: HeadSteps, labels: list[str], without_scale: bool, withou
              f"the keys after the query get -∞ (the mask) and the softmax turns the rest into weights: the "
              f"**softmax** column is row {md(names[query])} of the head's heatmap above (largest: {weight:.3f} "
              f"on {strongest}). The head's output is the values added up with these weights."]
+    if steps.q_unrotated is not None:
+        lines.append("**Rotary positions (RoPE):** before q meets k, each is turned by its own position: every pair "
+                     "of channels (i, i + d/2) by an angle of position × a frequency, fast in the first pairs and slow "
+                     "in the last (compare the panels before and after RoPE below). The turns cancel up to their "
+                     "difference, so q·k depends on how far back a key is, not on where the text starts.")
+    if steps.alibi is not None:
+        slope = "" if steps.alibi_slope is None else f" = {steps.alibi_slope:.4g}"
+        lines.append(f"**ALiBi:** no position is added to any vector; instead each score loses the head's slope "
+                     f"m{slope} times the distance to the key (the **ALiBi −m·dist** column), so far keys count "
+                     "less. Each head has its own slope: some look near, some far.")
+    if steps.out_of_window:
+        lines.append(f"**Sliding window:** the {steps.out_of_window} earliest key(s) get -∞ like the future: this "
+                     f"layer sees only the last {query + 1 - steps.out_of_window} tokens.")
     if without_scale:
         lines.append(f"**Without ÷√d** the scores would be {math.sqrt(d):.3g} times larger and the largest "
                      f"weight {steps.weights_unscaled.max().item():.3f} instead of {weight:.3f}: the softmax "
