@@ -55,9 +55,7 @@ def attention_maps(model: GPT, ids: list[int]) -> torch.Tensor:
         raise ValueError("the text has no tokens")
     if not model.config.use_attention or not model.blocks:
         raise ValueError("this model has no attention layers (its stage leaves attention out)")
-    block_size = model.config.block_size
-    if len(ids) > block_size:
-        raise ValueError(f"the text has {len(ids)} tokens; this model's context is {block_size} tokens")
+    model.check_length(len(ids))
     was_training = model.training
     model.eval()
     try:

@@ -113,6 +113,13 @@ class GPTConfig:
         return self.position != "none"
 
     @property
+    def max_length(self) -> int | None:
+        """The most tokens the model can read at once: its position table's rows with learned positions;
+        no limit where positions are computed (RoPE, ALiBi) or absent, though past `block_size` the
+        model meets distances it never trained on."""
+        return self.block_size if self.position == "learned" else None
+
+    @property
     def ffn_hidden(self) -> int:
         """The feed-forward's hidden size: `mlp_hidden`, else 4 n_embd, or for SwiGLU's three matrices
         8/3 n_embd rounded up to a multiple of 8 (3 x 8/3 = 8 n_embd^2 weights, as GELU's 2 x 4)."""

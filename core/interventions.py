@@ -43,8 +43,7 @@ def _check_head(model: GPT, layer: int, head: int) -> None:
 def _ids_tensor(model: GPT, ids: list[int]) -> torch.Tensor:
     if not ids:
         raise ValueError("the text has no tokens")
-    if len(ids) > model.config.block_size:
-        raise ValueError(f"the text has {len(ids)} tokens; this model's context is {model.config.block_size} tokens")
+    model.check_length(len(ids))
     return torch.tensor([ids], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
 
 

@@ -314,10 +314,7 @@ class GPT(nn.Module):
 
         B, T = idx.shape
         past = cache.seen() if cache is not None else 0
-        if past + T > self.config.block_size:
-            raise ValueError(
-                f"sequence of {past + T} tokens is longer than the context (block_size={self.config.block_size})"
-            )
+        self.check_length(past + T)
         x = self.token_embedding(idx)  # (B, T, C)
         if self.position_embedding is not None:
             positions = torch.arange(past, past + T, device=idx.device)
@@ -350,6 +347,13 @@ class GPT(nn.Module):
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.blocks))
+
+    def check_length(self, n_tokens: int) -> None:
+        """Raise ValueError if the model cannot read `n_tokens` at once (see GPTConfig.max_length)."""
+        limit = self.config.max_length
+        if limit is not None and n_tokens > limit:
+            raise ValueError(f"the text has {n_tokens} tokens; this model's context is {limit} tokens "
+                             "(its learned positions stop there)")
 
     def hook_points(self) -> dict[str, HookPoint]:
         """Every named hook point, e.g. {'blocks.0.attn.hook_pattern': HookPoint, 'hook_embed': ...}."""

@@ -83,10 +83,13 @@ def test_forward_shapes_and_loss():
     assert model(idx)[1] is None
 
 
-def test_sequence_longer_than_the_context_is_refused():
+def test_sequence_longer_than_the_context_is_refused_where_positions_are_learned():
     model = GPT(small_config())
-    with pytest.raises(ValueError, match="block_size=24"):
+    with pytest.raises(ValueError, match="context is 24 tokens"):
         model(torch.zeros(1, 25, dtype=torch.long))
+    for position in ("rope", "alibi", "none"):  # computed (or no) positions read on
+        logits, _ = GPT(small_config(position=position))(torch.zeros(1, 40, dtype=torch.long))
+        assert logits.shape[1] == 40 and torch.isfinite(logits).all()
 
 
 # ---------------------------------------------------------------- attention capture
@@ -145,7 +148,7 @@ def test_cache_gives_the_logits_of_a_full_forward():
     cache = model.new_cache()
     chunks = [model(idx[:, :7], cache=cache)[0]] + [model(idx[:, t : t + 1], cache=cache)[0] for t in range(7, 20)]
     assert torch.allclose(torch.cat(chunks, dim=1), full, atol=1e-5)
-    with pytest.raises(ValueError, match="longer than the context"):
+    with pytest.raises(ValueError, match="this model.s context is 24 tokens"):
         model(idx[:, :5], cache=cache)  # 20 cached + 5 > block_size 24
 
 

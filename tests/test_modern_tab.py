@@ -65,3 +65,24 @@ def test_step_by_step_shows_ropes_turn_and_alibis_penalty(train, ctx):
     assert "**ALiBi:**" in note and "slope m = " in note and "Sliding window:** the 3 earliest" in note
     assert list(table.data[0].x)[2:4] == ["ALiBi −m·dist", "+ ALiBi, mask"]
     assert not any("before RoPE" in a.text for a in vectors.layout.annotations)
+
+
+def test_computed_positions_read_past_the_trained_length_and_the_status_says_what_happens(train, ctx):
+    from playground.tabs.attention import AttentionHandlers
+
+    attention, text = AttentionHandlers(ctx), "abcdefgh|abcdefgh\nabcdefgh|abcdefgh"  # 35 tokens; context 16
+    for session, parts, expected in (("r", dict(position="rope"), "RoPE turns them by angles"),
+                                     ("l", dict(position="alibi"), "ALiBi was made"),
+                                     ("w", dict(position="rope", window=6), "still see only the last 6 keys"),
+                                     ("n", dict(use_position_embedding=False), "only the mask orders the tokens")):
+        run_train(train, session, **parts)
+        status, *_ = attention.analyse(text, session)
+        assert "**35 tokens**" in status and "Kept the first" not in status
+        assert "Past its training length:** this model trained on 16 tokens at a time; tokens 16 to 34" in status
+        assert expected in status
+        assert ctx.registry.get(session).attention.maps.shape[-1] == 35
+        note, *_ = attention.head_steps(0, 0, 34, False, False, session)  # the other tools read it too
+        assert "query" in note
+    run_train(train, "learned")
+    status, *_ = attention.analyse(text, "learned")
+    assert "Kept the first 16 of the text's 35 tokens" in status and "Past its training length" not in status

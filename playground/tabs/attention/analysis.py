@@ -9,6 +9,7 @@ Never imports another section: the layout puts them together.
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import gradio as gr
@@ -19,6 +20,7 @@ from core.attention import (
     PROBE_HALF_MAX, PROBE_HALF_MIN, HeadSummary, attention_maps, head_view, induction_probe, probe_induction,
     summarize_heads,
 )
+from core.config import GPTConfig
 from core.model import GPT
 from core.tokenizers import token_labels
 from playground import validate
@@ -64,17 +66,19 @@ class Handlers(AttentionBase):
                                 weakref.ref(reading), reading.step)
             session.attention = analysis
         group = model.config.n_head // model.config.kv_heads  # query heads per key/value head
-        return self._render(analysis, self._cut_note(len(all_ids), len(ids), model.config.block_size), group)
+        notes = [self._cut_note(len(all_ids), len(ids), model.config.max_length), _past_training(model.config, len(ids))]
+        return self._render(analysis, "  \n".join(note for note in notes if note), group)
 
     def _token_limit(self, model: GPT) -> int:
-        """The most tokens an analysis takes: the model's context, and this server's cap."""
-        return min(model.config.block_size, self.ctx.settings.max_attention_tokens)
+        """The most tokens an analysis takes: what the model can read (learned positions stop at the
+        context; computed ones do not), and this server's cap."""
+        return min(model.config.max_length or math.inf, self.ctx.settings.max_attention_tokens)
 
-    def _cut_note(self, n_tokens: int, kept: int, block_size: int) -> str:
+    def _cut_note(self, n_tokens: int, kept: int, max_length: int | None) -> str:
         """Why a text was cut, for the status; empty when it was not."""
         if kept == n_tokens:
             return ""
-        if kept == block_size:
+        if kept == max_length:
             why = f"this model's context is {kept} tokens, as far back as it can attend."
         else:
             why = f"this server shows at most {kept}. {self.ctx.settings.cap_hint('max_attention_tokens')}"
@@ -161,6 +165,29 @@ def _standouts(analysis: Analysis) -> list[HeadSummary]:
     """Up to 4 heads with a named pattern, strongest first."""
     named = (s for s in analysis.summaries if s.label not in ("mixed", "uniform"))
     return sorted(named, key=lambda s: s.score, reverse=True)[:4]
+
+
+def _past_training(config: GPTConfig, n_tokens: int) -> str:
+    """What happens past the context the model trained on, by its position scheme ('' within it)."""
+    trained = config.block_size
+    if n_tokens <= trained:
+        return ""
+    past = f"⚠️ **Past its training length:** this model trained on {trained} tokens at a time; tokens {trained} to {n_tokens - 1} "
+    if config.window is not None:  # the form keeps the window within the context
+        return past + (f"still see only the last {config.window} keys, as in training: no query reaches further "
+                       "back than it learned to, so the patterns hold past that point (a reason Mistral slides a window).")
+    if config.position == "rope":
+        what = ("meet keys further back than any it saw: RoPE turns them by angles it never paired in training. "
+                "Heads that look near usually keep their pattern; heads that look far often blur or lock onto "
+                "the wrong place. Compare a head's rows before and after that point.")
+    elif config.position == "alibi":
+        what = ("get the same penalty per token of distance, only more of it: far keys fade as they did in "
+                "training, which is why ALiBi was made (its paper trained on 1,024 tokens and read 2,048 "
+                "with no loss of quality). Expect the same patterns, reaching no further back.")
+    else:  # no positions: only the causal mask tells tokens apart
+        what = ("look the same to it: without positions only the mask orders the tokens, but each query now "
+                "averages over more keys than in training, so its attention spreads thinner.")
+    return past + what
 
 
 def _status(analysis: Analysis, cut_note: str) -> str:
