@@ -112,6 +112,18 @@ def test_each_new_model_is_a_run_and_train_on_the_same_model_updates_it(train, c
     assert "R1 shows its L0" in attention.layout.title.subtitle.text
 
 
+def test_gpt_against_llama_style_names_todays_parts(train, ctx):
+    # The llama-style preset's parts on the small form: the table names each part that differs.
+    run_train(train, steps=10, n_head=4, n_embd=32)
+    llama = dict(position="rope", norm="rmsnorm", activation="swiglu", n_kv_head=2)
+    list(train.train_new(**{**FORM, "steps": 10, "n_head": 4, "n_embd": 32, **llama}, request="a"))
+    choices, _, loss, attention, table = CompareHandlers(ctx).refresh("a")
+    assert table[0][1] == "positions learned, activation gelu, norm layernorm, no grouped key/value heads"
+    assert table[1][1] == "positions rope, activation swiglu, norm rmsnorm, 2 grouped key/value heads"
+    assert [a.text for a in attention.layout.annotations] == [f"R{r} H{h}" for r in (1, 2) for h in range(4)]
+    assert len(loss.data) == 4 and all(row[5] for row in table)  # both curves, both losses
+
+
 def test_without_scaling_the_attention_entropy_is_lower(train, ctx):
     # Attention entropy is the table's last column: without √d the softmax saturates (issue 14).
     shape = dict(steps=60, n_embd=64, n_head=1, learning_rate=1e-2)
