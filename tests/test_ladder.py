@@ -7,7 +7,7 @@ import pytest
 
 from core.__main__ import main
 from core.data import load_shakespeare
-from core.ladder import LECTURE_MODEL, RUNGS, Ladder, ladder_configs, ladder_data
+from core.ladder import LECTURE_MODEL, RUNGS, SCHEDULES, Ladder, ladder_configs, ladder_data
 
 TEXT = load_shakespeare()[:60_000]  # enough for every rung to learn a little in a few steps
 
@@ -29,12 +29,22 @@ def test_the_last_rung_is_the_gpt_with_todays_parts():
 def test_rungs_are_the_stages_at_the_lectures_sizes():
     for stage in RUNGS:
         model, train = ladder_configs(stage, vocab_size=65, steps=500, seed=3)
-        assert (model.n_embd, model.block_size, model.activation) == (32, 32, "relu")
+        assert (model.n_embd, model.block_size) == (32, 32)
+        assert model.activation == ("swiglu" if stage == "llama" else "relu")
         assert (train.batch_size, train.learning_rate, train.min_lr, train.max_iters) == (16, 1e-3, 1e-3, 500)
         assert train.seed == 3 and train.eval_interval == 25  # 20 points on each curve
         # the early rungs are one layer as the lecture builds them; the last is three blocks
         assert model.n_layer == (LECTURE_MODEL["n_layer"] if model.use_residual else 1)
         assert model.n_head == (1 if stage == "one_head" else 4)
+
+
+def test_the_short_schedule_decays_from_a_higher_rate():
+    _, lecture = ladder_configs("one_head", vocab_size=65, steps=3000)
+    _, short = ladder_configs("one_head", vocab_size=65, steps=3000, schedule=SCHEDULES["short"])
+    assert (lecture.learning_rate, lecture.min_lr) == (1e-3, 1e-3)  # the lecture's constant rate
+    assert (short.learning_rate, short.min_lr, short.lr_decay_iters) == (3e-3, 3e-4, 3000)
+    with pytest.raises(ValueError, match="a schedule sets learning_rate and min_lr"):
+        Ladder(*ladder_data(TEXT[:5000]), schedule={"batch_size": 1})
 
 
 def test_a_climb_trains_every_rung_in_order_and_repeats_exactly(data):

@@ -1,6 +1,6 @@
 """The Ladder tab in headless Chromium at a desktop's 1366x900 and a phone's 390x844: one click climbs
-all six rungs (at the slider's minimum), the chart overlays their curves and the lecture's figures,
-and the table fills with six losses. Screenshots go to tests/screenshots/ for a person to look at.
+every rung (at the slider's minimum), the chart overlays their curves and the lecture's figures,
+and the table fills with their losses. Screenshots go to tests/screenshots/ for a person to look at.
 """
 
 import re
@@ -13,7 +13,7 @@ from playground.tabs import ladder as tab
 
 pytestmark = pytest.mark.browser
 LOSS = re.compile(r"^\d\.\d{3}$")
-# The table's rows as the page shows them (its virtual list holds all six without scrolling).
+# The table's rows as the page shows them (its virtual list holds every rung without scrolling).
 ROWS = """() => [...document.querySelectorAll('#ladder-table [role=row][aria-rowindex]')]
   .map(r => [...r.querySelectorAll('[role=gridcell]')].map(c => c.innerText.trim()))
   .filter(cells => cells.length && cells[0] !== '')"""
@@ -61,13 +61,13 @@ def test_one_click_climbs_the_whole_ladder(running_app, browser, width, height):
     steps.fill(str(tab.MIN_STEPS))
     steps.press("Enter")
     page.locator("#ladder-train").click()
-    page.locator("#ladder-status").get_by_text(re.compile(r"Rung \d of 6")).wait_for()  # it shows progress
-    page.locator("#ladder-status").get_by_text(f"Climbed all 6 rungs ({tab.MIN_STEPS} steps each)").wait_for()
-    page.wait_for_function(f"() => ({ROWS})().filter(r => /^\\d\\.\\d{{3}}$/.test(r[1])).length === 6")
+    page.locator("#ladder-status").get_by_text(re.compile(rf"Rung \d of {len(RUNGS)}")).wait_for()  # it shows progress
+    page.locator("#ladder-status").get_by_text(f"Climbed all {len(RUNGS)} rungs ({tab.MIN_STEPS} steps each)").wait_for()
+    page.wait_for_function(f"() => ({ROWS})().filter(r => /^\\d\\.\\d{{3}}$/.test(r[1])).length === {len(RUNGS)}")
     rows = page.evaluate(ROWS)
     assert all(LOSS.match(row[1]) for row in rows), rows
 
-    # six curves, each with its title in the legend, and the lecture's five figures dotted
+    # a curve per rung, each with its title in the legend, and the lecture's five figures dotted
     plot = page.locator("#ladder-plot")
     legend = plot.locator(".legendtext").evaluate_all("texts => texts.map(t => t.textContent)")  # SVG: no innerText
     assert legend == [row[0] for row in rows]

@@ -17,7 +17,7 @@ from playground.sessions import SessionRegistry
 from playground.settings import Settings
 from playground.tabs import ladder as tab
 
-STEPS = 100  # the slider's minimum: about 7 s for all six rungs on one core
+STEPS = 100  # the slider's minimum: about 8 s for every rung on one core
 LOSS = re.compile(r"^(\d+\.\d{3})( \(stopped at step ([\d,]+)\))?$")
 
 
@@ -51,7 +51,7 @@ def curves(plot) -> list[str]:
 def climb_until(stream, rung: int, step: int) -> tuple:
     """Pull updates until the status shows rung `rung` (1-based) training at `step`."""
     for update in stream:
-        if update[0].startswith(f"Rung {rung} of 6: ") and f", step {step} / {STEPS}," in update[0]:
+        if update[0].startswith(f"Rung {rung} of {len(RUNGS)}: ") and f", step {step} / {STEPS}," in update[0]:
             assert update[2]["val loss"][rung - 1] == tab.TRAINING
             return update
     raise AssertionError(f"the climb never showed rung {rung} at step {step}")
@@ -73,12 +73,13 @@ def test_a_climb_fills_every_row_and_overlays_every_curve(handlers):
     updates = list(handlers.climb(STEPS, 1337, "a"))
     seconds = time.monotonic() - started
     status, plot, table = updates[-1]
-    assert status.startswith(f"Climbed all 6 rungs ({STEPS} steps each)")
+    assert status.startswith(f"Climbed all {len(RUNGS)} rungs ({STEPS} steps each)")
     found = losses(table)
     assert all(loss is not None and math.isfinite(loss) for loss in found), table
     assert found[-1] < found[0] - 0.3  # the GPT is far below the bigram even after 100 steps
     params = [int(count.replace(",", "")) for count in table["params"]]
     assert params[0] < params[2] < params[4] < params[5]  # the model grows as ideas are added
+    assert abs(params[6] - params[5]) < 0.05 * params[5]  # today's parts at the same size
     changes = [float(change) for change in table["change"][1:]]
     assert changes == pytest.approx([b - a for a, b in zip(found, found[1:])], abs=2e-3)
     assert all(float(seconds) > 0 for seconds in table["time (s)"])
@@ -90,12 +91,13 @@ def test_a_climb_fills_every_row_and_overlays_every_curve(handlers):
 
     # while it climbed: where it stood, the rungs to come pending, the curves so far; throttled
     during = [update for update in updates if update[0].startswith("Rung ")]
-    assert any(re.fullmatch(r"Rung 6 of 6: \*\*.+\*\*, step \d+ / 100, about \d+ s left on this rung\.", s)
+    last = len(RUNGS)
+    assert any(re.fullmatch(rf"Rung {last} of {last}: \*\*.+\*\*, step \d+ / 100, about \d+ s left on this rung\.", s)
                for s, _, _ in during), [s for s, _, _ in during]
     assert any(tab.TRAINING in list(t["val loss"]) for _, _, t in during)
-    assert any(list(t["val loss"])[-1] == tab.PENDING and len(curves(p)) < 6 for _, p, t in during)
+    assert any(list(t["val loss"])[-1] == tab.PENDING and len(curves(p)) < len(RUNGS) for _, p, t in during)
     # at most one update per interval, plus one at each rung's end, the loading note and the final state
-    assert len(updates) <= seconds / tab.UI_INTERVAL_S + 6 + 2, (len(updates), seconds)
+    assert len(updates) <= seconds / tab.UI_INTERVAL_S + len(RUNGS) + 2, (len(updates), seconds)
 
 
 def test_stop_keeps_the_finished_rungs_and_stops_within_a_step(handlers, every_step, monkeypatch):
@@ -107,7 +109,7 @@ def test_stop_keeps_the_finished_rungs_and_stops_within_a_step(handlers, every_s
     assert status.startswith("Stopped on rung 3 (+ one self-attention head) at step 40 of 100")
     assert "the table keeps the 2 finished rungs" in status
     assert table["val loss"][2].endswith("(stopped at step 40)") and table["change"][2] == ""  # no like for like
-    assert None not in losses(table)[:3] and list(table["val loss"][3:]) == [tab.NOT_REACHED] * 3
+    assert None not in losses(table)[:3] and list(table["val loss"][3:]) == [tab.NOT_REACHED] * (len(RUNGS) - 3)
     assert len(curves(plot)) == 3
     ladder = handlers.ctx.registry.get("a").ladder
     assert [rung.stopped for rung in ladder.rungs] == [False, False, True] and ladder.rungs[2].steps == 40
@@ -160,10 +162,10 @@ def test_two_sessions_climb_independently(handlers, every_step):
     handlers.stop("a")
     *_, (status_b, plot_b, table_b) = b
     *_, (status_a, _, table_a) = a
-    assert status_a.startswith("Stopped on rung 2") and status_b.startswith("Climbed all 6 rungs")
-    assert None not in losses(table_b) and len(curves(plot_b)) == 6
+    assert status_a.startswith("Stopped on rung 2") and status_b.startswith(f"Climbed all {len(RUNGS)} rungs")
+    assert None not in losses(table_b) and len(curves(plot_b)) == len(RUNGS)
     ladder_a, ladder_b = (handlers.ctx.registry.get(key).ladder for key in "ab")
-    assert ladder_a is not ladder_b and len(ladder_a.rungs) == 2 and len(ladder_b.rungs) == 6
+    assert ladder_a is not ladder_b and len(ladder_a.rungs) == 2 and len(ladder_b.rungs) == len(RUNGS)
     # the same seed trains the same first rung in any session, whatever the other one does
     assert ladder_a.rungs[0].val_loss == ladder_b.rungs[0].val_loss
 
