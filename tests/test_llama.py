@@ -125,3 +125,30 @@ def test_missing_or_unexpected_tensors_are_named(tmp_path):
     save_file({**weights, "model.layers.0.adapter.weight": torch.zeros(2)}, tmp_path / "model.safetensors")
     with pytest.raises(ValueError, match=r"unexpected .*model\.layers\.0\.adapter\.weight"):
         load_llama(folder)
+
+
+def test_a_mistral_with_a_sliding_window_matches_transformers(tmp_path):
+    # Mistral's layout is Llama's; its sliding window is ours: a query sees itself and window - 1 keys back.
+    torch.manual_seed(3)
+    config = transformers.MistralConfig(
+        vocab_size=len(WORDS) + 1, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, sliding_window=5, rms_norm_eps=1e-5)
+    hf = transformers.MistralForCausalLM(config).eval()
+    hf.set_attn_implementation("eager")
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            p.copy_(torch.randn_like(p) * 0.3 + (1.0 if "norm" in name else 0.0))
+    ours = load_llama(saved(hf, tmp_path))
+    assert (ours.model.config.window, ours.model.config.n_kv_head) == (5, 2)
+    ids = torch.tensor([ours.tokenizer.encode(TEXT)])  # 17 tokens: the window binds
+    with torch.no_grad():
+        expected = hf(ids, output_attentions=True)
+        logits, _, attentions = ours.model(ids, return_attention=True)
+    assert torch.allclose(logits, expected.logits, atol=1e-5)
+    for mine, theirs in zip(attentions, expected.attentions):
+        assert torch.allclose(mine, theirs, atol=1e-5)
+        assert (mine[0, :, 10, :6] == 0).all()  # token 10 sees tokens 6 to 10 only
+    prompt = ids[:, :3]
+    with torch.no_grad():
+        theirs = hf.generate(prompt, max_new_tokens=10, do_sample=False, pad_token_id=0)
+    assert torch.equal(generate(ours.model, prompt, 10, temperature=0), theirs)
