@@ -1,5 +1,7 @@
 """The command line, run as users run it: a short training, then sampling from its checkpoint."""
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from core.__main__ import main
 from core.checkpoint import load
 
 REPO = Path(__file__).resolve().parent.parent
@@ -16,9 +19,22 @@ TINY = ["--set", "n_layer=1", "--set", "n_embd=16", "--set", "n_head=2", "--set"
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m core ARGS` in a process of its own, as a user runs it."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "core", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=REPO)
+
+
+def call_cli(*args: str) -> subprocess.CompletedProcess:
+    """The same command through `core.__main__.main` in this process: its exit code, stdout and stderr
+    as a process would give them, without a second of importing torch for each call."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:  # argparse's refusals
+            code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
+    return subprocess.CompletedProcess(["python", "-m", "core", *args], code, out.getvalue(), err.getvalue())
 
 
 def test_train_then_sample(tmp_path):
@@ -31,29 +47,29 @@ def test_train_then_sample(tmp_path):
     assert meta["preset"] == "repeat" and meta["step"] == 4 and meta["val_loss"] > 0
     assert model.config.n_layer == 1 and model.config.block_size == 16
 
-    sampled = run_cli("sample", "--checkpoint", str(out), "--prompt", "abc|", "--max-new-tokens", "30",
+    sampled = call_cli("sample", "--checkpoint", str(out), "--prompt", "abc|", "--max-new-tokens", "30",
                       "--seed", "1")
     assert sampled.returncode == 0, sampled.stderr
     assert sampled.stdout.startswith("abc|") and len(sampled.stdout) == len("abc|") + 30 + 1
-    uncached = run_cli("sample", "--checkpoint", str(out), "--prompt", "abc|", "--max-new-tokens", "30",
+    uncached = call_cli("sample", "--checkpoint", str(out), "--prompt", "abc|", "--max-new-tokens", "30",
                        "--seed", "1", "--no-cache")
     assert uncached.returncode == 0 and uncached.stdout == sampled.stdout  # same seed, same text
 
 
 def test_help_reads_well():
-    result = run_cli("--help")
+    result = call_cli("--help")
     assert result.returncode == 0
     assert "train" in result.stdout and "sample" in result.stdout and "examples" in result.stdout
-    train_help = run_cli("train", "--help")
+    train_help = call_cli("train", "--help")
     assert "shakespeare-char-cpu" in train_help.stdout and "--max-iters" in train_help.stdout
 
 
 def test_mistakes_give_messages_not_tracebacks(tmp_path):
-    bad_preset = run_cli("train", "--preset", "nope")
+    bad_preset = call_cli("train", "--preset", "nope")
     assert bad_preset.returncode == 2 and "invalid choice" in bad_preset.stderr
-    bad_setting = run_cli("train", "--preset", "repeat", "--set", "n_layer=two")
+    bad_setting = call_cli("train", "--preset", "repeat", "--set", "n_layer=two")
     assert bad_setting.returncode == 2 and "n_layer must be an integer" in bad_setting.stderr
-    missing = run_cli("sample", "--checkpoint", str(tmp_path / "nothing"))
+    missing = call_cli("sample", "--checkpoint", str(tmp_path / "nothing"))
     assert missing.returncode == 2 and "error: no checkpoint" in missing.stderr
     assert "Traceback" not in missing.stderr
 
@@ -61,12 +77,12 @@ def test_mistakes_give_messages_not_tracebacks(tmp_path):
 def test_resume_goes_on_exactly_where_the_run_stopped(tmp_path):
     """4 steps, then --resume to 8, ends with the weights of one uninterrupted 8-step run (CPU)."""
     schedule = ["--set", "lr_decay_iters=8", "--eval-interval", "4", "--threads", "1", *TINY]
-    whole = run_cli("train", "--preset", "repeat", "--max-iters", "8", "--out", str(tmp_path / "whole"), *schedule)
+    whole = call_cli("train", "--preset", "repeat", "--max-iters", "8", "--out", str(tmp_path / "whole"), *schedule)
     assert whole.returncode == 0, whole.stderr
-    first = run_cli("train", "--preset", "repeat", "--max-iters", "4", "--out", str(tmp_path / "split"), *schedule)
+    first = call_cli("train", "--preset", "repeat", "--max-iters", "4", "--out", str(tmp_path / "split"), *schedule)
     assert first.returncode == 0, first.stderr
     assert (tmp_path / "split" / "trainer.safetensors").is_file()
-    resumed = run_cli("train", "--resume", str(tmp_path / "split"), "--max-iters", "8", "--threads", "1")
+    resumed = call_cli("train", "--resume", str(tmp_path / "split"), "--max-iters", "8", "--threads", "1")
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming at step 4" in resumed.stderr and "8/8" in resumed.stderr
     # the summary counts the steps this run made, not the checkpoint's total
@@ -77,17 +93,17 @@ def test_resume_goes_on_exactly_where_the_run_stopped(tmp_path):
     for (name, a), b in zip(whole_model.state_dict().items(), split_model.state_dict().values()):
         assert torch.equal(a, b), name
 
-    again = run_cli("train", "--resume", str(tmp_path / "split"))  # nothing left to train
+    again = call_cli("train", "--resume", str(tmp_path / "split"))  # nothing left to train
     assert again.returncode == 2 and "already trained 8 of 8 steps" in again.stderr
-    changed = run_cli("train", "--resume", str(tmp_path / "split"), "--max-iters", "9", "--set", "n_layer=2")
+    changed = call_cli("train", "--resume", str(tmp_path / "split"), "--max-iters", "9", "--set", "n_layer=2")
     assert changed.returncode == 2 and "keeps its model" in changed.stderr
-    both = run_cli("train", "--resume", str(tmp_path / "split"), "--preset", "repeat")
+    both = call_cli("train", "--resume", str(tmp_path / "split"), "--preset", "repeat")
     assert both.returncode == 2 and "not allowed with" in both.stderr
 
     config = tmp_path / "split" / "config.json"
     description = json.loads(config.read_text())
     description["meta"]["train_config"]["no_such_setting"] = 1  # a hand-edited or hostile checkpoint
     config.write_text(json.dumps(description))
-    edited = run_cli("train", "--resume", str(tmp_path / "split"), "--max-iters", "9")
+    edited = call_cli("train", "--resume", str(tmp_path / "split"), "--max-iters", "9")
     assert edited.returncode == 2 and "unknown fields: ['no_such_setting']" in edited.stderr
     assert "Traceback" not in edited.stderr

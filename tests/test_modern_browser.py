@@ -5,7 +5,7 @@ both widths go to tests/screenshots/ for a person to look at."""
 import pytest
 from conftest import SCREENSHOTS
 
-from test_browser import assert_no_errors, set_number
+from test_browser import assert_no_errors, open_tab, set_number
 from test_train_browser import open_page  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.browser
@@ -29,4 +29,30 @@ def test_rope_and_grouped_queries_train_from_the_modern_parts(open_page, width, 
     page.locator("#movie-note").filter(has_text="Replay:").wait_for()
     page.locator("#modern-position").scroll_into_view_if_needed()
     page.screenshot(path=str(SCREENSHOTS / f"modern-rope-{name}.png"), full_page=True)
+    assert_no_errors(page)
+
+
+@pytest.mark.parametrize("width, height, name", [(1366, 900, "desktop"), (390, 844, "phone")])
+def test_the_llama_style_preset_trains_and_its_steps_show_ropes_turn(open_page, width, height, name):  # noqa: F811
+    page = open_page(width, height)
+    page.goto(page.url.split("?")[0] + "?preset=llama-style&steps=30")  # the preset, as a teacher's link gives it
+    page.locator("#modern-position").get_by_text("RoPE").first.wait_for()
+    set_number(page, "Steps", 30)
+    page.locator("#train-button").click()
+    page.locator("#train-status").filter(has_text="Done: 30 steps").wait_for()
+    page.locator("#live-attention .js-plotly-plot").wait_for()
+    page.locator("#movie-note").filter(has_text="Replay:").wait_for()
+    page.screenshot(path=str(SCREENSHOTS / f"modern-llama-style-train-{name}.png"), full_page=True)
+
+    open_tab(page, "Attention")
+    page.locator("#attention-text textarea").fill("ROMEO:\nBut soft, what light through yonder window breaks?")
+    page.locator("#attention-run").click()
+    page.locator("#attention-status").get_by_text("tokens", exact=False).first.wait_for()
+    page.locator("#steps-section").get_by_text("Inside one head: step by step", exact=True).click()
+    page.locator("#steps-run").click()
+    page.locator("#steps-note").get_by_text("Rotary positions (RoPE)").wait_for()
+    page.locator("#steps-vectors .main-svg").first.wait_for()
+    assert page.locator("#steps-vectors").get_by_text("before RoPE").count() >= 1
+    page.locator("#steps-section").scroll_into_view_if_needed()
+    page.screenshot(path=str(SCREENSHOTS / f"modern-llama-style-steps-{name}.png"), full_page=True)
     assert_no_errors(page)

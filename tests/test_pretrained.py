@@ -225,14 +225,14 @@ def test_views_share_the_weights_but_not_their_hooks(hf_folder, tokens):
 def test_the_command_line_samples_gpt2_from_a_folder_and_explains_when_it_cannot(hf_folder):
     from core.pretrained import load_gpt2
     from core.sample import generate
-    from test_cli import run_cli
+    from test_cli import call_cli
 
-    sampled = run_cli("sample", "--gpt2", hf_folder, "--prompt", "Hello, world", "--max-new-tokens", "6",
+    sampled = call_cli("sample", "--gpt2", hf_folder, "--prompt", "Hello, world", "--max-new-tokens", "6",
                       "--temperature", "0")
     assert sampled.returncode == 0, sampled.stderr
     gpt2 = load_gpt2(hf_folder)
     prompt = gpt2.tokenizer.encode("Hello, world")
     greedy = generate(gpt2.model, torch.tensor([prompt]), 6, temperature=0)[0].tolist()
     assert sampled.stdout == gpt2.tokenizer.decode(greedy) + "\n"
-    offline = run_cli("sample", "--gpt2", "gpt2", "--max-new-tokens", "1")  # HF_HUB_OFFLINE=1 (conftest)
+    offline = call_cli("sample", "--gpt2", "gpt2", "--max-new-tokens", "1")  # HF_HUB_OFFLINE=1 (conftest)
     assert offline.returncode == 2 and "local folder" in offline.stderr and "Traceback" not in offline.stderr
