@@ -1,5 +1,6 @@
 """Issue 14 in headless Chromium: the causal mask switched off on the default copy task, trained, the
-attention replayed with the slider and played, the heads' scores over training drawn. Screenshots at both widths
+attention replayed with the slider and played, the heads' scores over training drawn. Each flow runs at a
+laptop's width, then the same page is narrowed to a phone's and looked at again. Screenshots at both widths
 go to tests/screenshots/ (git-ignored) for a person to look at."""
 
 import pytest
@@ -10,11 +11,11 @@ from test_train_browser import open_page  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.browser
 REPLAY = "Replay: training step"
+PHONE = {"width": 390, "height": 844}
 
 
-@pytest.mark.parametrize("width, height, name", [(1366, 900, "desktop"), (390, 844, "phone")])
-def test_no_mask_trains_and_its_attention_replays(open_page, width, height, name):  # noqa: F811
-    page = open_page(width, height)
+def test_no_mask_trains_and_its_attention_replays(open_page):  # noqa: F811
+    page = open_page()
     page.locator("#param-count").filter(has_text="parameters").wait_for()
     page.locator("#switch-causal input").uncheck()
     set_number(page, "Steps", 40)
@@ -32,7 +33,14 @@ def test_no_mask_trains_and_its_attention_replays(open_page, width, height, name
     page.locator("#movie-frame").filter(has_text="at step 40").wait_for()
     page.locator("#movie-play").filter(has_text="Play").wait_for()
     page.locator("#movie-step").scroll_into_view_if_needed()
-    page.screenshot(path=str(SCREENSHOTS / f"breakit-no-mask-{name}.png"), full_page=True)
+    page.screenshot(path=str(SCREENSHOTS / "breakit-no-mask-desktop.png"), full_page=True)
+    page.set_viewport_size(PHONE)  # the same replay on a phone: the slider scrubs, the frame fits
+    set_number(page, REPLAY, 2)
+    page.locator("#movie-frame").filter(has_text="at step 2").wait_for()
+    frame = page.locator("#movie-frame .main-svg").first.bounding_box()
+    assert frame["x"] >= 0 and frame["x"] + frame["width"] <= PHONE["width"] + 1
+    page.locator("#movie-step").scroll_into_view_if_needed()
+    page.screenshot(path=str(SCREENSHOTS / "breakit-no-mask-phone.png"), full_page=True)
     assert_no_errors(page)
 
 
@@ -49,9 +57,8 @@ def test_the_attention_movie_endpoint_over_http(running_app):
     assert len(answer["frames"][0]["maps"][0]) == 2  # the tiny model's two heads
 
 
-@pytest.mark.parametrize("width, height, name", [(1366, 900, "desktop"), (390, 844, "phone")])
-def test_two_runs_compare_side_by_side_and_the_movie_downloads(open_page, width, height, name):  # noqa: F811
-    page = open_page(width, height)
+def test_two_runs_compare_side_by_side_and_the_movie_downloads(open_page):  # noqa: F811
+    page = open_page()
     page.locator("#param-count").filter(has_text="parameters").wait_for()
     set_number(page, "Steps", 60)
     page.locator("#train-button").click()
@@ -66,7 +73,13 @@ def test_two_runs_compare_side_by_side_and_the_movie_downloads(open_page, width,
     page.locator("#compare-attention").filter(has_text="R2 H0").wait_for()  # a row of heads per run
     page.locator("#compare-loss").filter(has_text="Run 1: √d scaling").wait_for()
     page.locator("#compare-loss").scroll_into_view_if_needed()
-    page.screenshot(path=str(SCREENSHOTS / f"compare-runs-{name}.png"), full_page=True)
+    page.screenshot(path=str(SCREENSHOTS / "compare-runs-desktop.png"), full_page=True)
+    page.set_viewport_size(PHONE)  # on a phone the comparison stacks and fits the screen
+    page.locator("#compare-loss").scroll_into_view_if_needed()
+    chart = page.locator("#compare-loss .main-svg").first.bounding_box()
+    assert chart["x"] >= 0 and chart["x"] + chart["width"] <= PHONE["width"] + 1
+    page.screenshot(path=str(SCREENSHOTS / "compare-runs-phone.png"), full_page=True)
+    page.set_viewport_size({"width": 1366, "height": 900})
     # Unticking a run redraws without it.
     page.locator("#compare-runs").get_by_text("Run 1").click()
     page.locator("#compare-table").filter(has_not_text="Run 1").wait_for()
