@@ -14,8 +14,8 @@ from gradio.components.plot import PlotData
 
 from playground.figures.training import _finite  # JSON has no NaN: a missing estimate is a gap
 
-# One colour per rung, in rung order (the ladder has six; the colours go round if it has more).
-RUNG_COLORS = ("#94a3b8", "#f59e0b", "#10b981", "#0ea5e9", "#6366f1", "#e11d48")
+# One colour per rung, in rung order (the ladder has seven; the colours go round if it has more).
+RUNG_COLORS = ("#94a3b8", "#f59e0b", "#10b981", "#0ea5e9", "#6366f1", "#e11d48", "#111827")
 EMPTY_NOTE = "Press Climb the ladder: each rung's validation curve appears here."
 
 
