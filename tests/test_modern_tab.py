@@ -20,6 +20,7 @@ def test_training_with_todays_parts_builds_them(train, ctx):
     assert ctx.registry.get("a").model.position_embedding is None  # RoPE needs no table of positions
     count, next_step = train.preview(**{**FORM, **LLAMA_PARTS, "steps": 40}, request="a")
     assert "position embedding" not in count and "continues your model" in next_step
+    assert "RMSNorms" in count and "LayerNorms" not in count
     _, next_step = train.preview(**{**FORM, **LLAMA_PARTS, "window": 0, "steps": 40}, request="a")
     assert "window 6 → off" in next_step and "New model" in next_step  # another part: another model
 

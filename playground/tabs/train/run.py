@@ -31,7 +31,9 @@ from playground.figures.training import loss_figure, note_plot
 from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
 from playground.sessions import Session, TrainedModel
 from playground.tabs.train import compare
-from playground.tabs.train.form import BREAK_IT, MODEL_FIELDS, FormRules, Recipe, TrainForm, takes_the_form
+from playground.tabs.train.form import (
+    BREAK_IT, MODEL_FIELDS, NORM_CHOICES, FormRules, Recipe, TrainForm, takes_the_form,
+)
 from playground.tabs.train.replay import NO_SCORES, movie_for_run, movie_note, scores_plot, snapshot_due
 
 # Live samples and attention maps run the model (a 120-token sample costs as much as several
@@ -92,7 +94,7 @@ class RunHandlers(FormRules):
             counts = self.check_size(config).parameter_counts()
         except (gr.Error, ValueError) as error:  # shown as it is typed, not as an error
             return f"⚠️ {error.message if isinstance(error, gr.Error) else error}", ""
-        parts = ", ".join(f"{label} {count:,}" for label, count in _count_parts(counts) if count)
+        parts = ", ".join(f"{label} {count:,}" for label, count in _count_parts(counts, config.norm) if count)
         count = f"**{counts['total']:,} parameters** ({parts}); vocabulary {config.vocab_size:,} tokens."
         session = self.registry.peek(request) if request is not None else None
         if session is not None and session.trainer is not None and session.trainer.running:
@@ -298,12 +300,16 @@ def describe(session: Session) -> str:
     return "" if session.trained is None else session.trained.describe()
 
 
-def _count_parts(counts: dict[str, int]) -> list[tuple[str, int]]:
+# "LayerNorms", "RMSNorms": the form's names without their models
+NORM_NAMES = {value: label.split(" (")[0] + "s" for label, value in NORM_CHOICES}
+
+
+def _count_parts(counts: dict[str, int], norm: str) -> list[tuple[str, int]]:
     """The parameter count's parts, which add up to its total (a tied head counts once)."""
     return [
         ("token embedding", counts["token_embedding"]), ("position embedding", counts["position_embedding"]),
         ("attention", counts["attention"]), ("feed-forward", counts["feed_forward"]),
-        ("LayerNorms", counts["block_layer_norms"] + counts["final_layer_norm"]), ("LM head", counts["lm_head"]),
+        (NORM_NAMES[norm], counts["block_layer_norms"] + counts["final_layer_norm"]), ("LM head", counts["lm_head"]),
     ]
 
 
