@@ -36,7 +36,7 @@ def test_rope_and_grouped_queries_train_from_the_modern_parts(open_page, width, 
 def test_the_llama_style_preset_trains_and_its_steps_show_ropes_turn(open_page, width, height, name):  # noqa: F811
     page = open_page(width, height)
     page.goto(page.url.split("?")[0] + "?preset=llama-style&steps=30")  # the preset, as a teacher's link gives it
-    page.locator("#modern-position").get_by_text("RoPE").first.wait_for()
+    page.locator("#param-count").filter(has_text="RMSNorms").filter(has_not_text="position embedding").wait_for()
     set_number(page, "Steps", 30)
     page.locator("#train-button").click()
     page.locator("#train-status").filter(has_text="Done: 30 steps").wait_for()
