@@ -6,7 +6,7 @@ go to tests/screenshots/ (git-ignored) for a person to look at."""
 import pytest
 from conftest import SCREENSHOTS, api_client
 
-from test_browser import assert_no_errors, set_number
+from test_browser import assert_no_errors, set_number, wait_until_fits
 from test_train_browser import open_page  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.browser
@@ -37,8 +37,7 @@ def test_no_mask_trains_and_its_attention_replays(open_page):  # noqa: F811
     page.set_viewport_size(PHONE)  # the same replay on a phone: the slider scrubs, the frame fits
     set_number(page, REPLAY, 2)
     page.locator("#movie-frame").filter(has_text="at step 2").wait_for()
-    frame = page.locator("#movie-frame .main-svg").first.bounding_box()
-    assert frame["x"] >= 0 and frame["x"] + frame["width"] <= PHONE["width"] + 1
+    wait_until_fits(page, "#movie-frame .main-svg", PHONE["width"])
     page.locator("#movie-step").scroll_into_view_if_needed()
     page.screenshot(path=str(SCREENSHOTS / "breakit-no-mask-phone.png"), full_page=True)
     assert_no_errors(page)
@@ -76,8 +75,7 @@ def test_two_runs_compare_side_by_side_and_the_movie_downloads(open_page):  # no
     page.screenshot(path=str(SCREENSHOTS / "compare-runs-desktop.png"), full_page=True)
     page.set_viewport_size(PHONE)  # on a phone the comparison stacks and fits the screen
     page.locator("#compare-loss").scroll_into_view_if_needed()
-    chart = page.locator("#compare-loss .main-svg").first.bounding_box()
-    assert chart["x"] >= 0 and chart["x"] + chart["width"] <= PHONE["width"] + 1
+    wait_until_fits(page, "#compare-loss .main-svg", PHONE["width"])
     page.screenshot(path=str(SCREENSHOTS / "compare-runs-phone.png"), full_page=True)
     page.set_viewport_size({"width": 1366, "height": 900})
     # Unticking a run redraws without it.

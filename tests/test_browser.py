@@ -49,6 +49,14 @@ def assert_no_errors(page) -> None:
     assert not page.errors, page.errors
 
 
+def wait_until_fits(page, selector: str, width: int) -> dict:
+    """After a resize, wait until the figure at `selector` lies within `width` pixels (Plotly redraws on
+    the window's resize event, a moment later), and return its box."""
+    page.wait_for_function(f"() => {{ const box = document.querySelector({selector!r}).getBoundingClientRect(); "
+                           f"return box.left >= 0 && box.right <= {width} + 1; }}")
+    return page.locator(selector).first.bounding_box()
+
+
 def set_number(page, label: str, value) -> None:
     box = page.get_by_label(f"number input for {label}")
     box.fill(str(value))

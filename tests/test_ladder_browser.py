@@ -7,6 +7,7 @@ import re
 
 import pytest
 from conftest import SCREENSHOTS
+from test_browser import wait_until_fits
 
 from core.ladder import RUNGS
 from playground.tabs import ladder as tab
@@ -74,8 +75,7 @@ def test_one_click_climbs_the_whole_ladder(running_app, browser):
     for width, height in ((1366, 900), (390, 844)):  # the climbed ladder on a laptop, then on a phone
         page.set_viewport_size({"width": width, "height": height})
         page.locator("#ladder-plot").scroll_into_view_if_needed()
-        chart = plot.locator(".main-svg").first.bounding_box()
-        assert chart["x"] >= 0 and chart["x"] + chart["width"] <= width  # the chart fits the screen
+        wait_until_fits(page, "#ladder-plot .main-svg", width)  # the chart fits the screen
 
         # the table's headers each on one line; the rung, its loss and the lecture's figure in view
         headers = page.locator("#ladder-table th span.header")
