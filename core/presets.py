@@ -22,6 +22,9 @@ NANOGPT_MODEL = dict(bias=False, qkv_bias=False, lm_head_bias=False, tie_weights
 # nanoGPT's Shakespeare schedule and optimizer: both of its recipes share these.
 NANOGPT_TRAIN = dict(learning_rate=1e-3, min_lr=1e-4, warmup_iters=100, weight_decay=0.1, beta1=0.9, beta2=0.99,
                      grad_clip=1.0)
+# nanoGPT's CPU recipe, untied (see the preset); `llama-style` is the same recipe with today's parts.
+CPU_MODEL = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0, **{**NANOGPT_MODEL, "tie_weights": False})
+CPU_TRAIN = dict(max_iters=2000, lr_decay_iters=2000, batch_size=12, eval_interval=250, eval_iters=20, **NANOGPT_TRAIN)
 # The synthetic tasks: two layers are the fewest that can form an induction head; with more,
 # the solution spreads over several heads and the pattern is less crisp (measured, see
 # tests/bench/bench_tasks.py). A context of two whole 18-character lines: then every answer in a
@@ -57,10 +60,7 @@ PRESETS: dict[str, Preset] = {
             # Untied: at this size the shared matrix is a bottleneck. Over 8 paired seeds the untied
             # model ends 0.027 lower in validation loss (1.877 vs 1.905, every seed better) for 8,320
             # more parameters; on the GPU recipe tying costs nothing (tests/bench/README.md).
-            model=dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,
-                       **{**NANOGPT_MODEL, "tie_weights": False}),
-            train=dict(max_iters=2000, lr_decay_iters=2000, batch_size=12, eval_interval=250, eval_iters=20,
-                       **NANOGPT_TRAIN),
+            model=CPU_MODEL, train=CPU_TRAIN,
         ),
         Preset(
             "llama-style", "Shakespeare, Llama-style",
@@ -71,10 +71,7 @@ PRESETS: dict[str, Preset] = {
             "validation loss 1.71-1.75 where the CPU recipe ends at 1.89-1.90, with 9% fewer parameters "
             "(seeds 1337, 1 and 2; the SwiGLU and RoPE do most of it).",
             "shakespeare", "char",
-            model=dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,
-                       **{**NANOGPT_MODEL, "tie_weights": False}, **LLAMA_PARTS, n_kv_head=2),
-            train=dict(max_iters=2000, lr_decay_iters=2000, batch_size=12, eval_interval=250, eval_iters=20,
-                       **NANOGPT_TRAIN),
+            model=dict(CPU_MODEL, **LLAMA_PARTS, n_kv_head=2), train=CPU_TRAIN,
         ),
         Preset(
             "shakespeare-char", "Shakespeare, GPU recipe",
