@@ -81,25 +81,25 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.type in ("int", "float") and not value > 0:
-                raise ValueError(f"setting {field.name} must be positive, got {value!r}")
+        for setting in dataclasses.fields(self):
+            value = getattr(self, setting.name)
+            if setting.type in ("int", "float") and not value > 0:
+                raise ValueError(f"setting {setting.name} must be positive, got {value!r}")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> "Settings":
         """Defaults, then `PLAYGROUND_<FIELD>` variables, then keyword overrides."""
         environ = os.environ if environ is None else environ
         values = {}
-        for field in dataclasses.fields(cls):
-            raw = environ.get(ENV_PREFIX + field.name.upper())
+        for setting in dataclasses.fields(cls):
+            raw = environ.get(ENV_PREFIX + setting.name.upper())
             if raw is None:
                 continue
             try:
-                values[field.name] = _parse(field.type, raw)
+                values[setting.name] = _parse(setting.type, raw)
             except ValueError:
                 raise ValueError(
-                    f"{ENV_PREFIX}{field.name.upper()}={raw!r} is not a valid {field.type}"
+                    f"{ENV_PREFIX}{setting.name.upper()}={raw!r} is not a valid {setting.type}"
                 ) from None
         return cls(**{**values, **overrides})
 

@@ -3,13 +3,14 @@
 import pytest
 import torch
 
-from core.attention import is_induction_head, probe_induction
+from core.attention import attention_maps, is_induction_head, probe_induction
 from core.babygpt import StateSpace, next_token_probs
 from core.config import GPTConfig
 from core.data import CORPORA, TokenData
 from core.model import GPT
 from core.presets import PRESETS, preset_configs, preset_corpus
 from core.config import TrainConfig
+from playground.tabs.attention import analysis as attention_analysis
 from core.train import Trainer
 
 
@@ -71,24 +72,75 @@ def test_binary_preset_does_what_its_description_says():
     assert late["101"] > 0.9 and late["011"] > 0.9 and 0.35 < late["111"] < 0.75
 
 
-def test_the_induction_preset_grows_an_induction_head():
-    """The phase change its description promises, on the app's seed: a plateau, then within a few hundred
-    steps every answer right and the probe (fresh random tokens written twice) names the layer-1 head.
-    The first 400 of its 1,200 steps, in float32 so every CPU takes the same path (about 10 s)."""
-    text, tokenizer = preset_corpus("induction")
-    model_config, train = preset_configs("induction", tokenizer.vocab_size, device="cpu", dtype="float32")
-    assert (model_config.n_layer, model_config.n_head) == (2, 1) and train.answers_only
+# The Attention tab's example for the induction presets: a copy-task line, then the same word with its
+# second half shuffled.
+TWO_LINES = "abcdefg|abcdefg\nabcdefg|gcaebfd"
+
+
+def train_induction_task(name: str, steps: int) -> tuple[GPT, dict, object]:
+    """The preset's model as the Train tab makes it, trained for its first `steps` steps in float32
+    (every CPU takes the same path): the model, the scored events by step, the tokenizer."""
+    text, tokenizer = preset_corpus(name)
+    model_config, train = preset_configs(name, tokenizer.vocab_size, device="cpu", dtype="float32")
     data = TokenData.from_text(text, tokenizer, model_config.block_size, answer_after=CORPORA["induction"].answer_after)
-    model = GPT(model_config, generator=torch.Generator().manual_seed(train.seed))  # as the Train tab makes it
+    model = GPT(model_config, generator=torch.Generator().manual_seed(train.seed))
     trainer = Trainer(model, data, train)
     assert trainer._counted == data.answer_tokens  # every window holds an answer: the loss counts answers only
-    scored = {event.step: event for event in trainer.run(until=400) if event.answer_accuracy is not None}
+    scored = {event.step: event for event in trainer.run(until=steps) if event.answer_accuracy is not None}
+    return model.eval(), scored, tokenizer
+
+
+def two_lines_reading(model: GPT, tokenizer) -> tuple[int, float, float]:
+    """The model on TWO_LINES: (how many letters of the first line's copy it predicts right; on the
+    shuffled second line, the layer-1 head's mean attention on the letter after the current letter's
+    earlier copy, as an induction head reads, and on the position the unshuffled copy would use, as a
+    head that counts from the line's start reads). On this line the two never coincide."""
+    ids = tokenizer.encode(TWO_LINES)
+    line, shuffled_line = TWO_LINES.split("\n")
+    word, shuffled = shuffled_line.split("|")
+    with torch.no_grad():
+        predicted = model(torch.tensor([ids]))[0][0].argmax(-1)  # (T,) the next token after each
+    copied = sum(predicted[len(word) + k] == tokenizer.encode(letter)[0] for k, letter in enumerate(word))
+    weights = attention_maps(model, ids)[1, 0]  # (T, T) the layer-1 head
+    start = len(line) + 1  # the second line's first letter
+    by_letter, by_position = [], []
+    for k, letter in enumerate(shuffled[:-1]):  # the last letter predicts the line's end
+        query = start + len(word) + 1 + k
+        by_letter.append(weights[query, start + word.index(letter) + 1])
+        by_position.append(weights[query, start + k + 1])
+    return int(copied), torch.stack(by_letter).mean().item(), torch.stack(by_position).mean().item()
+
+
+def test_the_induction_preset_grows_an_induction_head():
+    """The phase change its description promises, on the app's seed: a plateau, then within a few hundred
+    steps every answer right and the probe (fresh random tokens written twice) names the layer-1 head,
+    which follows the letters on a shuffled line. The first 400 of its 1,200 steps (about 15 s)."""
+    model, scored, tokenizer = train_induction_task("induction", 400)
+    assert (model.config.n_layer, model.config.n_head, model.config.position) == (2, 1, "learned")
     assert scored[100].val_loss > 2.5 and scored[100].answer_accuracy < 0.3  # the plateau: guessing
     assert scored[400].val_loss < 0.3 and scored[400].answer_accuracy > 0.95  # after the phase change
     probe = probe_induction(model)
     assert not is_induction_head(0, float(probe[0, 0])) and is_induction_head(1, float(probe[1, 0]))
+    copied, by_letter, by_position = two_lines_reading(model, tokenizer)
+    assert copied >= 6 and by_letter > 0.5 and by_letter > 3 * by_position
     # and the repeat preset's head reads position: one layer, no head the probe could call induction
     assert preset_configs("repeat", tokenizer.vocab_size)[0].n_layer == 1
+
+
+def test_with_rotary_positions_the_copy_task_is_learned_by_counting():
+    """`induction-rope`'s description: the same task and recipe with RoPE copies about 95% of the answers
+    by step 600, but no head is an induction head; on the shuffled line of the Attention tab's example the
+    layer-1 head keeps its diagonal instead of following the letters, and on the first line, with no line
+    break before it, it does not copy. Its first 600 steps (about 30 s)."""
+    assert PRESETS["induction-rope"].model == {**PRESETS["induction"].model, "position": "rope"}
+    assert PRESETS["induction-rope"].train == PRESETS["induction"].train
+    assert TWO_LINES in attention_analysis.EXAMPLES
+    model, scored, tokenizer = train_induction_task("induction-rope", 600)
+    assert scored[600].answer_accuracy > 0.95
+    probe = probe_induction(model)
+    assert not any(is_induction_head(1, float(score)) for score in probe[1])
+    copied, by_letter, by_position = two_lines_reading(model, tokenizer)
+    assert copied <= 3 and by_position > 0.35 and by_position > 2 * by_letter
 
 
 def test_overrides_go_to_the_right_config():

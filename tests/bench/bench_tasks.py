@@ -1,10 +1,10 @@
 """Do the synthetic-task presets really train to crisp attention patterns, and how fast?
 
-    python tests/bench/bench_tasks.py                 # repeat, induction, reverse, sort with their presets
+    python tests/bench/bench_tasks.py                 # every task preset: repeat, induction, induction-rope, ...
     python tests/bench/bench_tasks.py repeat --set n_embd=32 --set max_iters=400
     python tests/bench/bench_tasks.py induction --seeds 1337,1,2 --set eval_interval=25
 
-For each task: wall time, validation loss, greedy accuracy on the deterministic second half of
+For each preset (its task is its corpus): wall time, validation loss, greedy accuracy on the deterministic second half of
 each line, and the attention score of the best head for the pattern the task needs:
 
 - repeat, induction: the induction target, the token after the earlier copy of the current token
@@ -20,7 +20,9 @@ across heads, which the UI shows as several crisp partial diagonals).
 Every evaluation also prints the induction probe, the Attention tab's test on fresh text
 (`core.attention.probe_induction`: random tokens written twice, at two repeat lengths): the best
 score of a head past layer 0, which `is_induction_head` calls an induction head from 0.5 on. The
-phase change is the first evaluation at which the second-half accuracy passes 0.5.
+phase change is the first evaluation at which the second-half accuracy passes 0.5. On the
+induction task it ends with the shuffle test (`shuffled_halves`): does the best head follow the
+letter, as an induction head does, or the position, as a head that counts does?
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import torch  # noqa: E402
 from core.attention import is_induction_head, probe_induction  # noqa: E402
 from core.data import CORPORA, TokenData  # noqa: E402
 from core.model import GPT  # noqa: E402
-from core.presets import preset_configs, preset_corpus  # noqa: E402
+from core.presets import PRESETS, preset_configs, preset_corpus  # noqa: E402
 from core.train import Trainer  # noqa: E402
 
 PHASE_CHANGE = 0.5  # the second-half accuracy that marks the phase change
@@ -85,6 +87,38 @@ def measure(task: str, model: GPT, val: torch.Tensor, newline: int, separator: i
             on_target.max(1).values.mean().item(), f"L{best // model.config.n_head} H{best % model.config.n_head}")
 
 
+@torch.no_grad()
+def shuffled_halves(model: GPT, val: torch.Tensor, newline: int, separator: int, head: str,
+                    n_lines: int = 200, seed: int = 0) -> tuple[float, float]:
+    """How `head` ('L1 H0') reads on lines whose second half is the word shuffled: (its mean
+    attention on the letter after the earlier copy of the current letter, on the position the
+    unshuffled copy would use). An induction head follows the letter; a head that copies by
+    counting from the separator keeps looking at the same position. Queries where the two
+    coincide are left out."""
+    layer, index = (int(part[1:]) for part in head.split())
+    T = model.config.block_size
+    val = val.to(next(model.parameters()).device)
+    generator = torch.Generator().manual_seed(seed)
+    letter_share, position_share = [], []
+    for start in (val == newline).nonzero().flatten()[:n_lines].tolist():
+        window = val[start: start + T].clone()
+        if len(window) < T:
+            break
+        word = (window[1:] == separator).nonzero()[0].item()
+        first, second = window[1: 1 + word], window[2 + word: 2 + 2 * word]
+        second.copy_(first[torch.randperm(word, generator=generator)])  # writes into window
+        _, _, patterns = model(window[None], return_attention=True)
+        weights = patterns[layer][0, index]  # (T, T)
+        for k in range(word - 1):  # the query at the second half's k-th letter
+            query = 2 + word + k
+            by_letter = 1 + (first == window[query]).nonzero()[0].item() + 1
+            by_position = 1 + k + 1
+            if by_letter != by_position:
+                letter_share.append(weights[query, by_letter])
+                position_share.append(weights[query, by_position])
+    return torch.stack(letter_share).mean().item(), torch.stack(position_share).mean().item()
+
+
 def induction_probe(model: GPT) -> str:
     """The Attention tab's verdict: the best probe score past layer 0 and the induction heads."""
     scores = probe_induction(model)
@@ -99,7 +133,7 @@ def induction_probe(model: GPT) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("tasks", nargs="*", default=["repeat", "induction", "reverse", "sort"])
+    parser.add_argument("presets", nargs="*", default=["repeat", "induction", "induction-rope", "reverse", "sort"])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="preset override")
     parser.add_argument("--seeds", default=None, help="comma-separated seeds, one run each (default: the preset's)")
     parser.add_argument("--threads", type=int)
@@ -112,15 +146,17 @@ def main() -> None:
         key, _, value = item.partition("=")
         overrides[key] = ast.literal_eval(value)  # numbers and booleans from the command line
     seeds = [int(seed) for seed in args.seeds.split(",")] if args.seeds else [None]
-    for task in args.tasks:
+    for name in args.presets:
         for seed in seeds:
-            run(task, {"device": args.device, **overrides, **({} if seed is None else {"seed": seed})})
+            run(name, {"device": args.device, **overrides, **({} if seed is None else {"seed": seed})})
 
 
-def run(task: str, overrides: dict) -> None:
-    """Train one preset (as the app does: weights and batches from the seed), printing each evaluation."""
-    text, tokenizer = preset_corpus(task)
-    model_config, train_config = preset_configs(task, tokenizer.vocab_size, **overrides)
+def run(name: str, overrides: dict) -> None:
+    """Train one preset (as the app does: weights and batches from the seed), printing each evaluation.
+    The task is the preset's corpus: `induction-rope` is the `induction` task."""
+    task = PRESETS[name].corpus
+    text, tokenizer = preset_corpus(name)
+    model_config, train_config = preset_configs(name, tokenizer.vocab_size, **overrides)
     data = TokenData.from_text(text, tokenizer, model_config.block_size, answer_after=CORPORA[task].answer_after)
     model = GPT(model_config, generator=torch.Generator().manual_seed(train_config.seed))
     newline, separator = tokenizer.encode("\n" + CORPORA[task].answer_after)
@@ -133,14 +169,19 @@ def run(task: str, overrides: dict) -> None:
             if phase_change is None and accuracy >= PHASE_CHANGE:
                 phase_change = event.step
             answers = "" if event.answer_accuracy is None else f"answer accuracy {event.answer_accuracy:.3f} "
-            print(f"  {task} seed {train_config.seed} step {event.step:4d} val loss {event.val_loss:.3f} {answers}"
+            print(f"  {name} seed {train_config.seed} step {event.step:4d} val loss {event.val_loss:.3f} {answers}"
                   f"second-half accuracy {accuracy:.3f} best head {score:.3f} ({best}) best head per query "
                   f"{per_query:.3f} {probe}", flush=True)
     accuracy, score, per_query, best = measure(task, model.eval(), data.val, newline, separator)
-    print(f"{task} seed {train_config.seed}: {event.elapsed:.1f} s of training for {train_config.max_iters} steps "
+    print(f"{name} seed {train_config.seed}: {event.elapsed:.1f} s of training for {train_config.max_iters} steps "
           f"({model.parameter_counts()['total']:,} parameters); second-half accuracy {accuracy:.3f} "
           f"(phase change at step {phase_change}), best head {score:.3f} ({best}), best head per query "
           f"{per_query:.3f}, {induction_probe(model)}", flush=True)
+    if task == "induction":
+        letter, position = shuffled_halves(model, data.val, newline, separator, best)
+        print(f"{name} seed {train_config.seed}: on lines whose second half is shuffled, {best} puts {letter:.2f} "
+              f"of its attention on the letter after the current one's earlier copy, {position:.2f} on the "
+              "position the unshuffled copy would use", flush=True)
 
 
 if __name__ == "__main__":

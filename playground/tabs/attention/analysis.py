@@ -31,6 +31,9 @@ from playground.tabs.attention.common import Analysis, AttentionBase, Page, plot
 EXAMPLES = [
     "First Citizen:\nBefore we proceed any further, hear me speak.",
     "qwhzbkad|qwhzbkad",  # the copy task: the second half looks back 8, by content or by position
+    # The induction task's line, then the same with its second half shuffled: an induction head follows
+    # the letters, a head that counts from the line's start (the induction-rope preset) keeps its diagonal.
+    "abcdefg|abcdefg\nabcdefg|gcaebfd",
     "abcdefgh>hgfedcba",
     "38152706=01235678",
     "111101111011110",
