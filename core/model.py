@@ -7,7 +7,9 @@ model (see `core.config.STAGES`). What people look at passes through named hook 
 TransformerLens style: `hook_embed` (the residual stream before any block),
 `blocks.{i}.attn.hook_q` and `hook_k` (queries and keys, before RoPE turns them),
 `blocks.{i}.attn.hook_pattern` (attention weights), `blocks.{i}.attn.hook_z` (each head's
-output before the heads are mixed) and `blocks.{i}.hook_resid_post` (the stream after block i).
+output before the heads are mixed), `blocks.{i}.hook_attn_out` and `hook_mlp_out` (what the
+attention and the feed-forward add to the stream) and `blocks.{i}.hook_resid_post` (the stream
+after block i).
 Nobody looking at attention means the fast fused `scaled_dot_product_attention`; somebody
 looking means an explicit masked softmax whose tensors pass through the hook points.
 
@@ -235,14 +237,16 @@ class Block(nn.Module):
         self.ln1, self.ln2 = norm(), norm()
         self.attn = CausalSelfAttention(config) if config.use_attention else None
         self.mlp = FeedForward(config) if config.use_feed_forward else None
+        self.hook_attn_out = HookPoint()  # (B, T, C) what attention adds to the stream
+        self.hook_mlp_out = HookPoint()  # (B, T, C) what the feed-forward adds
         self.hook_resid_post = HookPoint()  # (B, T, C) the residual stream after this block
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
         if self.attn is not None:
-            update = self.attn(self.ln1(x), cache, layer)
+            update = self.hook_attn_out(self.attn(self.ln1(x), cache, layer))
             x = x + update if self.residual else update
         if self.mlp is not None:
-            update = self.mlp(self.ln2(x))
+            update = self.hook_mlp_out(self.mlp(self.ln2(x)))
             x = x + update if self.residual else update
         return self.hook_resid_post(x)
 

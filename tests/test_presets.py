@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from core.attention import attention_maps, is_induction_head, probe_induction
+from core.attribution import patch
 from core.babygpt import StateSpace, next_token_probs
 from core.config import GPTConfig
 from core.data import CORPORA, TokenData
@@ -123,6 +124,11 @@ def test_the_induction_preset_grows_an_induction_head():
     assert not is_induction_head(0, float(probe[0, 0])) and is_induction_head(1, float(probe[1, 0]))
     copied, by_letter, by_position = two_lines_reading(model, tokenizer)
     assert copied >= 6 and by_letter > 0.5 and by_letter > 3 * by_position
+    # Patching: with the earlier copy changed (f -> q) the answer follows it; the clean output of the head
+    # the probe names restores the clean answer, the previous-token head's does not (issue 23).
+    patched = patch(model, tokenizer.encode("\nabcdefg|abcde"), tokenizer.encode("\nabcdeqg|abcde"))
+    assert tokenizer.decode([patched.target, patched.alternative]) == "fq"
+    assert patched.heads[1, 0] > 0.9 > 0.1 > patched.heads[0, 0]
     # and the repeat preset's head reads position: one layer, no head the probe could call induction
     assert preset_configs("repeat", tokenizer.vocab_size)[0].n_layer == 1
 

@@ -1,0 +1,306 @@
+"""Why this token: direct logit attribution, activation patching, and one head's QK and OV circuits.
+
+Knock-outs (`core.interventions`) say that a head matters; these say what it does to the answer.
+
+    parts = logit_attribution(model, ids, position=7)           # each head's share of logit(A) - logit(B)
+    patched = patch(model, clean_ids, corrupted_ids)           # how much of the clean answer each part restores
+    circuit = circuits(model, layer=1, head=0)                 # (V, V): what a head looks for, what it writes
+
+The residual stream at the end is a sum: the embeddings, each head's output through its slice of
+the output projection, each feed-forward layer's output and the biases. The final norm divides
+that sum by one scale per position; frozen at the value the forward pass computed (as
+TransformerLens does), it is linear, so every term's share of a logit difference adds up to the
+model's own difference.
+
+Shapes: L layers, H heads, T tokens, C channels, D head size, V vocabulary.
+Imports core's model and interventions. Never imports the training loop, gradio, plotly or `playground`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from core.interventions import _check_head, _evaluating, _ids_tensor
+from core.model import GPT
+
+MAX_CIRCUIT_VOCAB = 512  # a (V, V) circuit is drawn whole; past this size it is neither legible nor cheap
+
+
+def _check_decomposable(model: GPT) -> None:
+    if not model.config.use_residual:
+        raise ValueError("this model has no residual stream (its stage leaves residual connections out), "
+                         "so its output is not a sum of its parts")
+    if not model.blocks or model.blocks[0].attn is None:
+        raise ValueError("this model has no attention layers (its stage leaves attention out)")
+
+
+def _check_token(model: GPT, name: str, token: int) -> int:
+    vocab = model.config.vocab_size
+    if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < vocab:
+        raise ValueError(f"{name} must be a token id from 0 to {vocab - 1}, got {token!r}")
+    return token
+
+
+def _frozen_final_norm(model: GPT, stream: torch.Tensor):
+    """The final norm as a linear map with its scale frozen at the value it takes on `stream` (T, C):
+    (apply, shift), where apply(parts (..., T, C)) is each part's share of the normalised stream and
+    `shift` (C,) is what the norm adds on its own (LayerNorm's bias). apply(stream) + shift is ln_f(stream)."""
+    norm = model.ln_f
+    if isinstance(norm, nn.LayerNorm):
+        scale = (stream.var(-1, unbiased=False, keepdim=True) + norm.eps).rsqrt()  # (T, 1)
+        weight = norm.weight if norm.weight is not None else torch.ones_like(stream[0])
+        shift = norm.bias if norm.bias is not None else torch.zeros_like(stream[0])
+        return (lambda parts: (parts - parts.mean(-1, keepdim=True)) * scale * weight), shift
+    if isinstance(norm, nn.RMSNorm):
+        eps = norm.eps if norm.eps is not None else torch.finfo(stream.dtype).eps
+        scale = (stream.pow(2).mean(-1, keepdim=True) + eps).rsqrt()
+        return (lambda parts: parts * scale * norm.weight), torch.zeros_like(stream[0])
+    raise ValueError(f"no direct attribution through a final {type(norm).__name__}")
+
+
+def _head_outputs(model: GPT, layer: int, z: torch.Tensor) -> torch.Tensor:
+    """Each head's output z (H, T, D) through its slice of the layer's output projection: (H, T, C)."""
+    H, D = model.config.n_head, model.config.head_size
+    weight = model.blocks[layer].attn.proj.weight.view(-1, H, D)  # (C, H, D)
+    return torch.einsum("htd,chd->htc", z, weight)
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Direct logit attribution at one position: each part's direct effect on logit(target) -
+    logit(alternative), through the final norm with its scale frozen at the forward pass's value.
+    embeddings + heads.sum() + feed_forward.sum() + biases == difference."""
+
+    position: int
+    target: int  # token id A
+    alternative: int  # token id B
+    difference: float  # logit(A) - logit(B), the model's own
+    embeddings: float  # the token (and learned position) embeddings
+    heads: torch.Tensor  # (L, H) each head's output through its slice of the output projection
+    feed_forward: torch.Tensor  # (L,) each feed-forward layer's output (its biases included); 0 without one
+    biases: float  # the attention layers' output biases, the final norm's shift and the LM head's bias
+
+
+def logit_attribution(model: GPT, ids: list[int], position: int = -1, target: int | None = None,
+                      alternative: int | None = None) -> Attribution:
+    """Why the model predicts `target` rather than `alternative` after ids[:position + 1]: each head's
+    and each feed-forward layer's direct contribution. Defaults: the last position, the model's top
+    prediction there and its runner-up."""
+    _check_decomposable(model)
+    idx = _ids_tensor(model, ids)
+    T = idx.size(1)
+    if not isinstance(position, int) or isinstance(position, bool) or not -T <= position < T:
+        raise ValueError(f"position must be 0 to {T - 1} (or negative, from the end), got {position!r}")
+    position %= T
+    points = {"embed": model.hook_embed, "final": model.blocks[-1].hook_resid_post}
+    for layer, block in enumerate(model.blocks):
+        points[f"z{layer}"] = block.attn.hook_z
+        if block.mlp is not None:
+            points[f"mlp{layer}"] = block.hook_mlp_out
+    seen: dict[str, torch.Tensor] = {}
+    handles = [point.register_forward_hook(lambda _m, _i, out, name=name: seen.__setitem__(name, out[0]))
+               for name, point in points.items()]
+    try:
+        with _evaluating(model):
+            logits = model(idx)[0][0, position].float()  # (V,)
+    finally:
+        for handle in handles:
+            handle.remove()
+    ranked = logits.topk(min(2, logits.numel())).indices.tolist()
+    target = ranked[0] if target is None else _check_token(model, "target", target)
+    if alternative is None:  # the runner-up (the leader if the target is not it)
+        alternative = next(t for t in ranked if t != target)
+    alternative = _check_token(model, "alternative", alternative)
+    if alternative == target:
+        raise ValueError("the alternative must be a different token from the target")
+
+    with torch.no_grad():
+        stream = seen["final"][position:position + 1].float()  # (1, C)
+        normalise, shift = _frozen_final_norm(model, stream)
+        unembed = model.lm_head.weight.float()
+        direction = unembed[target] - unembed[alternative]  # (C,)
+
+        def direct(parts: torch.Tensor) -> torch.Tensor:  # (..., 1, C) -> (...,)
+            return (normalise(parts.float()) * direction).sum(-1)[..., 0]
+
+        L, H = len(model.blocks), model.config.n_head
+        heads, feed_forward = torch.zeros(L, H), torch.zeros(L)
+        biases = (shift.float() * direction).sum()
+        if model.lm_head.bias is not None:
+            biases = biases + model.lm_head.bias[target].float() - model.lm_head.bias[alternative].float()
+        for layer, block in enumerate(model.blocks):
+            z = seen[f"z{layer}"][:, position:position + 1].float()  # (H, 1, D)
+            heads[layer] = direct(_head_outputs(model, layer, z).float()).cpu()
+            if block.attn.proj.bias is not None:
+                biases = biases + direct(block.attn.proj.bias.float()[None])
+            if block.mlp is not None:
+                feed_forward[layer] = direct(seen[f"mlp{layer}"][position:position + 1]).item()
+        embeddings = direct(seen["embed"][position:position + 1]).item()
+    return Attribution(position, target, alternative, (logits[target] - logits[alternative]).item(),
+                       embeddings, heads, feed_forward, float(biases))
+
+
+@dataclass(frozen=True)
+class Patching:
+    """Activation patching: the corrupted text runs with one part taken from the clean run; each
+    number is the share of the clean logit difference that part restores at the last position,
+    (patched - corrupted) / (clean - corrupted): 0 = as corrupted, 1 = as clean."""
+
+    target: int  # token id A: the clean answer
+    alternative: int  # token id B: the corrupted answer
+    clean_difference: float  # logit(A) - logit(B) on the clean text
+    corrupted_difference: float  # the same on the corrupted text
+    residual: torch.Tensor  # (L + 1, T) the stream after the embeddings, then after each layer, at one position
+    heads: torch.Tensor  # (L, H) one head's output at every position
+
+
+def patch_macs(config, n_tokens: int) -> int:
+    """About how many multiply-adds `patch` does on texts of `n_tokens`: every (layer, position) of
+    the stream and every head runs the layers after it. A server caps the tokens by it."""
+    C, L, H = config.n_embd, config.n_layer, config.n_head
+    kv = config.kv_heads * config.head_size
+    feed_forward = (3 if config.activation == "swiglu" else 2) * C * config.ffn_hidden
+    per_token_layer = C * (C + 2 * kv) + C * C + feed_forward + 2 * C * n_tokens
+    later_layers = sum(L - row for row in range(L + 1))  # the stream rows, each runs the layers after it
+    copies = n_tokens * later_layers + H * sum(L - layer for layer in range(L))
+    return copies * n_tokens * per_token_layer + (n_tokens * (L + 1) + H * L) * config.vocab_size * C
+
+
+def _checked_ids(model: GPT, name: str, ids: list[int]) -> list[int]:
+    if not isinstance(ids, list) or not ids:
+        raise ValueError(f"the {name} text has no tokens")
+    for token in ids:
+        _check_token(model, f"every token of the {name} text", token)
+    return ids
+
+
+def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None = None,
+          alternative: int | None = None) -> Patching:
+    """Patch the clean run into the corrupted one, part by part, and read the logit difference at
+    the last position. Defaults: the clean text's prediction against the corrupted one's (the
+    clean runner-up when both predict the same)."""
+    _check_decomposable(model)
+    if len(_checked_ids(model, "clean", clean)) != len(_checked_ids(model, "corrupted", corrupted)):
+        raise ValueError(f"the clean and corrupted texts must have the same number of tokens, got "
+                         f"{len(clean)} and {len(corrupted)}")
+    L, H = len(model.blocks), model.config.n_head
+
+    def run(ids: list[int]) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        """Last-position logits (V,), the stream rows [(T, C)] * (L + 1), each layer's z (H, T, D)."""
+        streams, zs = [], []
+        handles = [point.register_forward_hook(lambda _m, _i, out: streams.append(out[0]))
+                   for point in [model.hook_embed] + [block.hook_resid_post for block in model.blocks]]
+        handles += [block.attn.hook_z.register_forward_hook(lambda _m, _i, z: zs.append(z[0]))
+                    for block in model.blocks]
+        try:
+            logits = model(_ids_tensor(model, ids))[0][0, -1].float()
+        finally:
+            for handle in handles:
+                handle.remove()
+        return logits, streams, zs
+
+    with _evaluating(model):
+        clean_logits, clean_streams, clean_z = run(clean)
+        corrupted_logits, corrupted_streams, _ = run(corrupted)
+        target = clean_logits.argmax().item() if target is None else _check_token(model, "target", target)
+        if alternative is None:
+            alternative = corrupted_logits.argmax().item()
+            if alternative == target:
+                alternative = clean_logits.topk(2).indices[1].item()
+        alternative = _check_token(model, "alternative", alternative)
+        if alternative == target:
+            raise ValueError("the alternative must be a different token from the target")
+
+        def difference(logits: torch.Tensor) -> torch.Tensor:
+            return logits[..., target] - logits[..., alternative]
+
+        clean_difference, corrupted_difference = difference(clean_logits), difference(corrupted_logits)
+        gap = clean_difference - corrupted_difference
+        if gap.abs() < 1e-6:
+            raise ValueError("the clean and corrupted texts give the same logit difference, so there is "
+                             "nothing to restore: change the corrupted text where the answer depends on it")
+
+        def restored(x: torch.Tensor, first_block: int) -> torch.Tensor:
+            """Run copies x (N, T, C) from block `first_block` on: each copy's restored share (N,)."""
+            for layer, block in enumerate(model.blocks[first_block:], start=first_block):
+                x = block(x, None, layer)
+            logits = model.lm_head(model.ln_f(x[:, -1])).float()  # (N, V)
+            return ((difference(logits) - corrupted_difference) / gap).cpu()
+
+        T = len(clean)
+        residual = torch.zeros(L + 1, T)
+        for row in range(L + 1):  # copy p takes the clean stream at position p
+            x = corrupted_streams[row].expand(T, -1, -1).clone()  # (T copies, T, C)
+            every = torch.arange(T)
+            x[every, every] = clean_streams[row]
+            residual[row] = restored(x, row)
+
+        heads = torch.zeros(L, H)
+        for layer in range(L):  # copy h takes head h's clean output at every position
+            def take_clean(_module, _inputs, z: torch.Tensor, layer: int = layer) -> torch.Tensor:
+                z = z.clone()
+                z[torch.arange(H), torch.arange(H)] = clean_z[layer]
+                return z
+            handle = model.blocks[layer].attn.hook_z.register_forward_hook(take_clean)
+            try:
+                heads[layer] = restored(corrupted_streams[layer].expand(H, -1, -1), layer)
+            finally:
+                handle.remove()
+    return Patching(target, alternative, clean_difference.item(), corrupted_difference.item(), residual, heads)
+
+
+@dataclass(frozen=True)
+class Circuits:
+    """One head's circuits on the direct path (Elhage et al. 2021), token by token. Each token's
+    embedding goes through the layer's norm alone, as if it were the whole stream (exact for the
+    direct path into layer 0, an approximation behind other layers' outputs); the OV circuit's
+    output goes through the final norm's weight, not its normalisation."""
+
+    layer: int
+    head: int
+    qk: torch.Tensor  # (V, V) query token x key token: the score before the softmax
+    ov: torch.Tensor  # (V, V) attended token x output token: what attending to it adds to each logit
+    positional_qk: torch.Tensor | None  # (T, T) query position x key position, where positions are learned
+    copying_score: float  # sum of the OV circuit's eigenvalues over the sum of their sizes: 1 = copies
+
+
+def circuits(model: GPT, layer: int, head: int) -> Circuits:
+    """The QK and OV circuits of one head, for a vocabulary of at most MAX_CIRCUIT_VOCAB tokens."""
+    _check_decomposable(model)
+    _check_head(model, layer, head)
+    config = model.config
+    if config.vocab_size > MAX_CIRCUIT_VOCAB:
+        raise ValueError(f"circuits are drawn for vocabularies of at most {MAX_CIRCUIT_VOCAB} tokens; this "
+                         f"model has {config.vocab_size:,}")
+    attn, D = model.blocks[layer].attn, config.head_size
+    group = head // (config.n_head // config.kv_heads)  # the key/value head this query head reads
+    C, kv = config.n_embd, config.kv_heads * D
+    weight = attn.qkv.weight.float()  # (C + 2 kv, C): queries, keys, values
+    bias = attn.qkv.bias.float() if attn.qkv.bias is not None else torch.zeros(C + 2 * kv, device=weight.device)
+    rows = {"q": slice(head * D, (head + 1) * D), "k": slice(C + group * D, C + (group + 1) * D),
+            "v": slice(C + kv + group * D, C + kv + (group + 1) * D)}
+
+    def project(x: torch.Tensor, part: str) -> torch.Tensor:  # (N, C) -> (N, D)
+        return x @ weight[rows[part]].T + bias[rows[part]]
+
+    scale = 1 / math.sqrt(D) if attn.scale is None else attn.scale
+    with _evaluating(model):
+        norm = model.blocks[layer].ln1
+        tokens = norm(model.token_embedding.weight).float()  # (V, C)
+        qk = project(tokens, "q") @ project(tokens, "k").T * scale  # (V, V)
+        positional = None
+        if model.position_embedding is not None:
+            places = norm(model.position_embedding.weight).float()  # (T, C)
+            positional = project(places, "q") @ project(places, "k").T * scale
+        written = project(tokens, "v") @ attn.proj.weight.float()[:, head * D:(head + 1) * D].T  # (V, C)
+        final_weight = getattr(model.ln_f, "weight", None)
+        if final_weight is not None:
+            written = written * final_weight.float()
+        ov = written @ model.lm_head.weight.float().T  # (V, V)
+        eigenvalues = torch.linalg.eigvals(ov.double())
+        copying = (eigenvalues.sum().real / eigenvalues.abs().sum()).item()
+    return Circuits(layer, head, qk.cpu(), ov.cpu(), None if positional is None else positional.cpu(), copying)

@@ -1,0 +1,137 @@
+"""Why this token (issue 23, core): direct logit attribution adds up to the logit difference, patching
+restores exactly what it should, the QK circuit is the model's own score, and bad input gets messages."""
+
+import pytest
+import torch
+
+from core.attribution import MAX_CIRCUIT_VOCAB, circuits, logit_attribution, patch
+from core.config import GPTConfig
+from core.interventions import head_steps
+from core.model import GPT
+
+VARIANTS = {
+    "gpt": dict(),
+    "nanogpt": dict(bias=False, tie_weights=True),
+    "biases everywhere": dict(qkv_bias=True, lm_head_bias=True),
+    "llama": dict(position="rope", norm="rmsnorm", activation="swiglu", n_kv_head=2, bias=False),
+    "alibi, window, no feed-forward": dict(position="alibi", window=4, use_feed_forward=False),
+}
+
+
+def random_model(seed: int = 0, vocab_size: int = 30, **options) -> GPT:
+    """A small model with weights far from their initialisation, so every part has something to say."""
+    config = GPTConfig(vocab_size=vocab_size, n_layer=3, n_head=4, n_embd=32, block_size=16, **options)
+    generator = torch.Generator().manual_seed(seed)
+    model = GPT(config, generator=generator)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter += 0.3 * torch.randn(parameter.shape, generator=generator)
+    return model
+
+
+@pytest.mark.parametrize("options", VARIANTS.values(), ids=VARIANTS.keys())
+def test_the_parts_add_up_to_the_logit_difference(options):
+    model = random_model(**options)
+    ids = torch.randint(30, (12,), generator=torch.Generator().manual_seed(1)).tolist()
+    for position in (0, 5, -1):
+        parts = logit_attribution(model, ids, position)
+        total = parts.embeddings + parts.heads.sum() + parts.feed_forward.sum() + parts.biases
+        assert total.item() == pytest.approx(parts.difference, abs=1e-4)
+        logits = model.eval()(torch.tensor([ids]))[0][0, position]
+        assert parts.target == logits.argmax().item()  # the default: the prediction against its runner-up
+        assert parts.alternative == logits.topk(2).indices[1].item() and parts.difference > 0
+    chosen = logit_attribution(model, ids, 3, target=7, alternative=9)
+    logits = model(torch.tensor([ids]))[0][0, 3]
+    assert chosen.difference == pytest.approx((logits[7] - logits[9]).item(), abs=1e-5)
+    if not options.get("use_feed_forward", True):
+        assert not chosen.feed_forward.any()
+
+
+@pytest.mark.parametrize("options", VARIANTS.values(), ids=VARIANTS.keys())
+def test_patching_restores_exactly_where_the_texts_differ(options):
+    model = random_model(**options)
+    clean = torch.randint(30, (10,), generator=torch.Generator().manual_seed(2)).tolist()
+    corrupted = list(clean)
+    corrupted[3] = (clean[3] + 1) % 30
+    result = patch(model, clean, corrupted)
+    assert result.residual.shape == (4, 10) and result.heads.shape == (3, 4)
+    # The embeddings differ at position 3 only: patching it there is the clean run, anywhere else nothing.
+    assert result.residual[0, 3].item() == pytest.approx(1, abs=1e-4)
+    assert result.residual[0].abs().sum().item() == pytest.approx(1, abs=1e-4)
+    # After the last layer only the last position is read: patched there it is the clean run.
+    assert result.residual[-1, -1].item() == pytest.approx(1, abs=1e-4)
+    assert result.residual[-1, :-1].abs().max().item() < 1e-4
+    # Before position 3 the two runs are the same, at every layer: nothing to restore there.
+    assert result.residual[:, :3].abs().max().item() < 1e-4
+    logits = model(torch.tensor([clean, corrupted]))[0][:, -1]
+    assert result.clean_difference == pytest.approx((logits[0, result.target] - logits[0, result.alternative]).item(),
+                                                    abs=1e-4)
+    assert result.corrupted_difference == pytest.approx(
+        (logits[1, result.target] - logits[1, result.alternative]).item(), abs=1e-4)
+
+
+def test_the_qk_circuit_is_the_heads_own_score_on_the_direct_path():
+    """Without position embeddings, layer 0 reads each token's embedding alone: the QK circuit's entry for
+    (query token, key token) is the head's scaled score, step by step."""
+    model = random_model(position="none")
+    for head in range(4):
+        circuit = circuits(model, 0, head)
+        assert circuit.qk.shape == (30, 30) and circuit.ov.shape == (30, 30) and circuit.positional_qk is None
+        for query_token, key_token in ((3, 5), (7, 7), (29, 0)):
+            steps = head_steps(model, [key_token, query_token], layer=0, head=head, query=1)
+            assert circuit.qk[query_token, key_token].item() == pytest.approx(steps.scaled[0].item(), abs=1e-4)
+        assert -1 <= circuit.copying_score <= 1
+    assert circuits(random_model(), 1, 2).positional_qk.shape == (16, 16)
+
+
+def test_a_head_that_copies_has_a_copying_score_near_one():
+    """A one-layer model whose head writes each token's own unembedding direction: its OV circuit is
+    a bright diagonal, and the negated head's score is near -1."""
+    model = random_model(position="none", use_feed_forward=False, bias=False, tie_weights=True)
+    config = model.config
+    D = config.head_size
+    with torch.no_grad():
+        embedding = torch.linalg.qr(torch.randn(32, 32))[0][:30]  # (V, C) orthonormal rows: tied unembedding too
+        model.token_embedding.weight.copy_(embedding)
+        for block in model.blocks:
+            block.ln1.weight.fill_(1)
+            v_rows = slice(2 * config.n_embd, 2 * config.n_embd + D)
+            block.attn.qkv.weight[v_rows] = torch.eye(32)[:D] * 5  # head 0's value: the first D channels
+            block.attn.proj.weight[:, :D] = torch.eye(32)[:, :D]
+        model.ln_f.weight.fill_(1)
+    copying = circuits(model, 0, 0)
+    assert copying.copying_score > 0.9
+    with torch.no_grad():
+        model.blocks[0].attn.proj.weight[:, :D] *= -1
+    assert circuits(model, 0, 0).copying_score < -0.9
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m: logit_attribution(m, [1, 2, 3], position=3), "position must be 0 to 2"),
+    (lambda m: logit_attribution(m, [1, 2, 3], position=float("nan")), "position must be"),
+    (lambda m: logit_attribution(m, [1, 2, 3], target=30), "target must be a token id from 0 to 29"),
+    (lambda m: logit_attribution(m, [1, 2, 3], target=4, alternative=4), "a different token"),
+    (lambda m: logit_attribution(m, [], 0), "no tokens"),
+    (lambda m: logit_attribution(m, list(range(17))), "context is 16 tokens"),
+    (lambda m: patch(m, [1, 2, 3], [1, 2]), "same number of tokens, got 3 and 2"),
+    (lambda m: patch(m, [1, 2, 99], [1, 2, 3]), "every token of the clean text must be a token id"),
+    (lambda m: patch(m, [1, 2, 3], [1, 2, 3]), "nothing to restore"),
+    (lambda m: patch(m, [1, 2, 3], [1, 2, 4], alternative=-1), "alternative must be a token id"),
+    (lambda m: circuits(m, 3, 0), "layer must be 0 to 2"),
+    (lambda m: circuits(m, 0, 4), "head must be 0 to 3"),
+])
+def test_bad_requests_get_a_message_naming_the_field(call, message):
+    model = random_model()
+    before = {name: p.clone() for name, p in model.state_dict().items()}
+    with pytest.raises(ValueError, match=message):
+        call(model)
+    assert all(torch.equal(before[name], p) for name, p in model.state_dict().items())  # nothing touched
+    assert not any(point.active for point in model.hook_points().values())  # no hook left behind
+
+
+def test_models_these_do_not_apply_to_say_why():
+    with pytest.raises(ValueError, match="no residual stream"):
+        logit_attribution(GPT(GPTConfig(vocab_size=10, n_layer=1, n_head=1, n_embd=8, block_size=4,
+                                        use_residual=False)), [1, 2])
+    with pytest.raises(ValueError, match=f"at most {MAX_CIRCUIT_VOCAB} tokens; this model has 600"):
+        circuits(random_model(vocab_size=600), 0, 0)
