@@ -87,6 +87,14 @@ def user_errors() -> Iterator[None]:
         raise gr.Error(str(error)) from error
 
 
+def tokens(tokenizer, text: str, name: str) -> list[int]:
+    """`text` in the tokenizer's ids; a character it cannot encode is refused naming the field."""
+    try:
+        return tokenizer.encode(text)
+    except ValueError as error:
+        raise gr.Error(f"{name}: {error}") from None
+
+
 def _shown(value, limit: int = 40) -> str:
     shown = repr(value)
     return shown if len(shown) <= limit else shown[:limit] + "..."

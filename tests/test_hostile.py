@@ -400,6 +400,13 @@ def analysed(app):
     ("ablate", [[None], "zero"], "Heads"), ("ablate", [["L0 H0"], "max"], "Mode"), ("ablate", [{}, None], "Mode"),
     ("head_importance", ["../../etc"], "Mode"), ("logit_lens", [1e9], "Top predictions"),
     ("logit_lens", ["x"], "Top predictions"), ("logit_lens", [-1], "Top predictions"),
+    ("logit_attribution", [10**12, ""], "Query token"), ("logit_attribution", [math.nan, ""], "Query token"),
+    ("logit_attribution", [0, "ab"], "Alternative"), ("logit_attribution", [0, "€"], "Alternative"),
+    ("logit_attribution", [0, ["a"]], "Alternative"), ("logit_attribution", [0, "a" * 10**6], "Alternative"),
+    ("patch", ["qwhz|", "qwh|"], "Corrupted text"), ("patch", ["qwhz|", "qwh€|"], "Corrupted text"),
+    ("patch", [{"a": 1}, "qwhz|"], "Clean text"), ("patch", ["q" * 10**6, "w" * 10**6], "Clean text"),
+    ("patch", ["q" * 300, "w" * 300], "Clean text"), ("patch", ["qwhz|", "qwhz|"], "nothing to restore"),
+    ("circuits", [1e9, 0], "Layer"), ("circuits", [0, math.nan], "Head"), ("circuits", ["../", 0], "Layer"),
 ])
 def test_every_inside_field_answers_bad_values_with_its_name(app, analysed, api_name, data, name):
     assert name in app.error(api_name, data, analysed)
@@ -411,6 +418,9 @@ def test_the_inside_tools_answer_and_export_under_the_servers_names(app, analyse
     assert "the loss on the analysed text" in app.ok("ablate", [["L0 H1"], "mean"], analysed)[0]
     assert json.loads(app.ok("head_importance", ["mean"], analysed)[0]["plot"])["data"][0]["type"] == "heatmap"
     assert "really comes next" in app.ok("logit_lens", [3], analysed)[0]
+    assert "The largest direct shares" in app.ok("logit_attribution", [12, ""], analysed)[0]
+    assert "brings back the most" in app.ok("patch", ["qwhzbkad|qwhzb", "qwhzbxad|qwhzb"], analysed)[0]
+    assert "copying score" in app.ok("circuits", [0, 1], analysed)[0]
     hostile = "../" * 6 + "tmp/inside-export"
     app.ok("train", form(), hostile)
     app.ok("attention", ["qwhzbkad|"], hostile)

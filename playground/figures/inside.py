@@ -158,28 +158,37 @@ def steps_vectors(steps: HeadSteps, labels: list[str]) -> go.Figure:
     ))
 
 
-def importance_figure(importance: torch.Tensor, mode_name: str, note: str = "") -> go.Figure:
-    """(L, H) loss increase per head switched off alone: red where the loss rises, blue where it falls;
-    `note` (if any) joins the subtitle."""
-    n_layer, n_head = importance.shape
-    values = importance.float().numpy()
-    span = float(np.abs(values).max()) or 1.0
+def head_grid(values: torch.Tensor, title: str, note: str, *, colorbar: str, hover: str,
+              span: float | None = None) -> go.Figure:
+    """(L, H) one number per head: red above 0, blue below, white at 0 (on +-`span`, default the
+    largest size), the number in each cell and exact in the hover."""
+    n_layer, n_head = values.shape
+    values = values.float().numpy()
+    span = span or float(np.abs(values).max()) or 1.0
     fig = go.Figure(go.Heatmap(
         z=values.astype(np.float32), x=[f"H{h}" for h in range(n_head)], y=[f"L{layer}" for layer in range(n_layer)],
         colorscale=DIVERGING, zmin=-span, zmax=span, xgap=2, ygap=2,
-        colorbar=dict(title="loss<br>increase", thickness=12),
+        colorbar=dict(title=colorbar, thickness=12),
         text=[[f"{v:+.3f}" for v in row] for row in values.tolist()], texttemplate="%{text}",
         textfont=dict(size=10 if n_head <= 8 else 8),
-        hovertemplate=f"layer %{{y}} head %{{x}} off ({mode_name})<br>loss increase %{{z:{EXACT}}}<extra></extra>",
+        hovertemplate=f"layer %{{y}} head %{{x}}<br>{hover} %{{z:{EXACT}}}<extra></extra>",
     ))
     fig.update_xaxes(side="top", type="category")
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_layout(
-        **_title("Loss increase, each head alone off", f"Switched off: {mode_name}" + (f". {note}" if note else "")),
+        **_title(title, note),
         height=max(260, 44 * n_layer + TOP_MARGIN_PX + 60), margin=dict(l=50, r=20, t=TOP_MARGIN_PX + 20, b=20),
         plot_bgcolor="white",
     )
     return fig
+
+
+def importance_figure(importance: torch.Tensor, mode_name: str, note: str = "") -> go.Figure:
+    """(L, H) loss increase per head switched off alone: red where the loss rises, blue where it falls;
+    `note` (if any) joins the subtitle."""
+    return head_grid(importance, "Loss increase, each head alone off",
+                     f"Switched off: {mode_name}" + (f". {note}" if note else ""),
+                     colorbar="loss<br>increase", hover=f"off ({mode_name}): loss increase")
 
 
 def lens_figure(lens: LogitLens, labels: list[str], top_labels: list[list[list[str]]]) -> go.Figure:

@@ -1,5 +1,6 @@
 """The Attention tab: every head's attention on a text, and tools that look inside a head (step by
-step, knock-outs and importance, the logit lens) with an export of it all.
+step, knock-outs and importance, the logit lens, why a token: logit attribution, patching and a
+head's circuits) with an export of it all.
 
 A package of one module per section (see `layout`, which lays them out and wires them). The app builds
 the tab with `build(ctx)`; tests and benchmarks call `AttentionHandlers(ctx)`'s methods.

@@ -14,12 +14,12 @@ import gradio as gr
 
 from playground import model_picker
 from playground.context import AppContext
-from playground.tabs.attention import analysis, export, knockouts, lens, steps
+from playground.tabs.attention import analysis, attribution, circuits, export, knockouts, lens, patching, steps
 
 # The tools below the analysis, top to bottom. They run the session's model on the analysed text under
 # its job lock, and refuse once the model has changed since the analysis: what they show must be the
 # model the heatmaps show.
-TOOLS = (steps, knockouts, lens, export)
+TOOLS = (steps, knockouts, lens, attribution, patching, circuits, export)
 
 
 class AttentionHandlers(analysis.Handlers, *(tool.Handlers for tool in TOOLS)):

@@ -1,0 +1,109 @@
+"""Activation patching: a clean text and a corrupted one of the same length; the corrupted run takes
+one part of the clean run at a time (the residual stream at one layer and position, or one head's
+output), and the figures show how much of the clean answer each part brings back. Api `/patch`.
+Never imports another section.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from core.attribution import patch, patch_macs
+from core.tokenizers import Tokenizer
+from playground import validate
+from playground.context import AppContext
+from playground.figures import why
+from playground.tabs.attention.common import AttentionBase, Page, head_name, md, plot
+
+# What a new analysis clears, by output (`build` returns the components under these names).
+CLEARED = {"note": "", "residual": None, "heads": None}
+# Pairs that teach, (clean, corrupted): the same length in tokens, one change the answer depends on.
+PAIRS = [
+    # The copy task: the earlier copy's letter after "e" changed, so an induction head copies q, not f.
+    ("abcdefg|abcde", "abcdeqg|abcde"),
+    # GPT-2 and SmolLM2: the indirect-object sentence (Wang et al. 2022) with the second name swapped, so
+    # the answer flips from " Mary" to " John". Both names are one token in both vocabularies.
+    ("When Mary and John went to the store, John gave a drink to",
+     "When Mary and John went to the store, Mary gave a drink to"),
+]
+PATCHING_HELP = (
+    "Which part carries the information from there to here? Run the **corrupted** text, but take one part from "
+    "the **clean** run: the residual stream at one layer and position, or one head's output everywhere. Each "
+    "cell is the share of the clean answer's lead (logit(clean answer) − logit(corrupted answer) at the last "
+    "token) that the patch brings back: 1 = the clean answer back, 0 = as corrupted."
+)
+
+
+class Handlers(AttentionBase):
+    """Patch the clean run into the corrupted one."""
+
+    def patching(self, clean, corrupted, request: gr.Request):
+        """A note on the two answers and the part that restores most; the stream and head heatmaps."""
+        limit = self.ctx.settings.max_prompt_chars
+        cap = self.ctx.settings.cap_hint("max_prompt_chars")
+        clean = validate.text(clean, "Clean text", limit, cap=cap)
+        corrupted = validate.text(corrupted, "Corrupted text", limit, cap=cap)
+        with self._current(request) as (_, analysis, reading):
+            model, tokenizer = reading.model, reading.tokenizer
+            clean_ids = validate.tokens(tokenizer, clean, "Clean text")
+            corrupted_ids = validate.tokens(tokenizer, corrupted, "Corrupted text")
+            if len(clean_ids) != len(corrupted_ids):
+                raise gr.Error(f"Corrupted text must have as many tokens as the clean text: {len(corrupted_ids)} "
+                               f"against {len(clean_ids)}.")
+            self._check_size(model.config, len(clean_ids))
+            with validate.user_errors():
+                model.check_length(len(clean_ids))
+                result = patch(model, clean_ids, corrupted_ids)
+            analysis.results["patching"] = result
+            labels = [tokenizer.token_label(token) for token in clean_ids]
+            answers = tuple(tokenizer.token_label(token) for token in (result.target, result.alternative))
+        return _note(result, *answers), why.patching_residual(result, labels), why.patching_heads(result)
+
+    def _check_size(self, config, n_tokens: int) -> None:
+        """Refuse texts whose patching would pass this server's caps: tokens, and multiply-adds."""
+        most = self.ctx.settings.max_attention_tokens
+        if n_tokens > most:
+            raise gr.Error(f"Clean text has {n_tokens:,} tokens; this server patches at most {most:,}"
+                           f"{self.ctx.settings.cap_hint('max_attention_tokens')}.")
+        budget = self.ctx.settings.max_importance_gmacs * 10**9
+        if patch_macs(config, n_tokens) > budget:
+            fits = next((n for n in range(n_tokens, 0, -1) if patch_macs(config, n) <= budget), 1)
+            raise gr.Error(f"Clean text has {n_tokens:,} tokens; for this model this server patches at most {fits:,} "
+                           "(its budget of multiply-adds; locally, --no-caps lifts it).")
+
+    def exported(self, results: dict, tokenizer: Tokenizer) -> dict:
+        mine = {}
+        if "patching" in results:
+            result = results["patching"]
+            mine["patching"] = {
+                "target": tokenizer.token_label(result.target), "alternative": tokenizer.token_label(result.alternative),
+                "clean_difference": result.clean_difference, "corrupted_difference": result.corrupted_difference,
+                "residual": result.residual.tolist(), "heads": result.heads.tolist(),
+            }
+        return {**mine, **super().exported(results, tokenizer)}
+
+
+def _note(result, target: str, alternative: str) -> str:
+    cells = [(value, head_name(layer, head)) for layer, row in enumerate(result.heads.tolist())
+             for head, value in enumerate(row)]
+    best, name = max(cells)
+    return (f"Clean, the model prefers **{md(target)}** to **{md(alternative)}** by "
+            f"**{result.clean_difference:.3f}** in logits; corrupted, by **{result.corrupted_difference:.3f}**. "
+            f"Of the heads, **{name}**'s clean output brings back the most: **{best:.2f}** of the difference.")
+
+
+def build(ctx: AppContext, handlers: Handlers, page: Page) -> dict[str, gr.Component]:
+    with gr.Accordion("Why this token: activation patching", open=False, elem_id="patching-section"):
+        gr.Markdown(PATCHING_HELP)
+        with gr.Row(equal_height=True):
+            clean = gr.Textbox(label="Clean text", lines=2, scale=2, elem_id="patching-clean")
+            corrupted = gr.Textbox(label="Corrupted text (as many tokens)", lines=2, scale=2,
+                                   elem_id="patching-corrupted")
+            run = gr.Button("Patch", variant="primary", scale=1, elem_id="patching-run")
+        gr.Examples([list(pair) for pair in PAIRS], inputs=[clean, corrupted], label="Pairs (the first for the copy tasks, the second "
+                    "for GPT-2 and SmolLM2)")
+        shown = dict(note=gr.Markdown(elem_id="patching-note"),
+                     residual=plot("The residual stream", "patching-residual"),
+                     heads=plot("Each head", "patching-heads"))
+    run.click(handlers.patching, [clean, corrupted], list(shown.values()), api_name="patch", **ctx.heavy("attention"))
+    return shown

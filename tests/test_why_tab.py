@@ -1,0 +1,130 @@
+"""Why this token on the Attention tab (issue 23): logit attribution, patching and a head's circuits as
+handlers. They show core's numbers, keep to the server's caps, and refuse bad values naming the field."""
+
+import json
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import pytest
+import torch
+from test_attention_tab import ctx, give_model, handlers, make_ctx  # noqa: F401 (ctx and handlers are fixtures)
+
+from core.attribution import circuits, logit_attribution, patch, patch_macs
+from playground.tabs import attention as tab
+from playground.tabs.attention import patching
+
+TEXT = "abcab|abcab"  # 11 tokens of the test vocabulary
+CLEAN, CORRUPTED = patching.PAIRS[0]
+
+
+@pytest.fixture
+def session(ctx, handlers):
+    """Alice's session with a lively untrained model (2 layers, 3 heads) and TEXT analysed."""
+    session = give_model(ctx)
+    with torch.no_grad():
+        for parameter in session.model.parameters():
+            parameter.mul_(8 if parameter.dim() == 2 else 1)
+    handlers.analyse(TEXT, "alice")
+    return session
+
+
+def z(fig) -> np.ndarray:
+    return np.array(fig.data[0].z, dtype=np.float64)
+
+
+def test_attribution_shows_cores_shares_and_names_the_tokens(handlers, session):
+    note, heads, parts = handlers.attribution(7, "", "alice")
+    expected = logit_attribution(session.model, session.attention.ids, 7)
+    assert np.allclose(z(heads), expected.heads.numpy(), atol=1e-6)
+    bars = dict(zip(parts.data[0].x, parts.data[0].y))
+    assert bars["total"] == pytest.approx(expected.difference, abs=1e-6)
+    assert sum(value for name, value in bars.items() if name != "total") == pytest.approx(expected.difference, abs=1e-4)
+    tokenizer = session.trained.tokenizer
+    assert f"prefers **{tokenizer.token_label(expected.target)}**" in note
+    assert "frozen" in parts.layout.title.subtitle.text
+    # an alternative the learner picks
+    _, _, parts = handlers.attribution(7, "z", "alice")
+    chosen = logit_attribution(session.model, session.attention.ids, 7, alternative=tokenizer.encode("z")[0])
+    assert dict(zip(parts.data[0].x, parts.data[0].y))["total"] == pytest.approx(chosen.difference, abs=1e-6)
+
+
+def test_patching_shows_cores_shares_on_the_copy_pair(handlers, session):
+    note, residual, heads = handlers.patching(CLEAN, CORRUPTED, "alice")
+    tokenizer = session.trained.tokenizer
+    expected = patch(session.model, tokenizer.encode(CLEAN), tokenizer.encode(CORRUPTED))
+    assert np.allclose(z(residual), expected.residual.numpy(), atol=1e-6)
+    assert np.allclose(z(heads), expected.heads.numpy(), atol=1e-6)
+    assert z(residual)[0, CORRUPTED.index("q")] == pytest.approx(1, abs=1e-4)  # the one changed token, restored
+    assert "Of the heads" in note and "brings back the most" in note
+
+
+def test_circuits_show_cores_matrices(handlers, session):
+    note, qk, positional, ov = handlers.circuits(1, 2, "alice")
+    expected = circuits(session.model, 1, 2)
+    assert np.allclose(z(qk), expected.qk.numpy(), atol=1e-5) and np.allclose(z(ov), expected.ov.numpy(), atol=1e-5)
+    assert np.allclose(z(positional), expected.positional_qk.numpy(), atol=1e-5)  # learned positions
+    assert f"{expected.copying_score:+.2f}" in note and len(qk.data[0].x) == session.model.config.vocab_size
+
+
+def test_the_export_holds_what_the_three_found(handlers, session):
+    handlers.attribution(4, "", "alice")
+    handlers.patching(CLEAN, CORRUPTED, "alice")
+    handlers.circuits(0, 1, "alice")
+    _, files = handlers.export("alice")
+    document = json.loads(Path(next(f for f in files if f.endswith(".json"))).read_text())
+    assert document["logit_attribution"]["position"] == 4 and len(document["logit_attribution"]["heads"]) == 2
+    assert np.array(document["patching"]["residual"]).shape == (3, len(CLEAN))
+    assert document["circuits"]["head"] == "L0 H1" and np.array(document["circuits"]["ov"]).shape == (29, 29)
+    picker, *cleared = handlers.reset_tools("alice")  # a new analysis clears them
+    assert all(value in ("", None) for value in cleared)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda h: h.attribution(11, "", "alice"), "Query token must be"),
+    (lambda h: h.attribution(float("nan"), "", "alice"), "Query token"),
+    (lambda h: h.attribution(3, "ab", "alice"), "Alternative must be one token"),
+    (lambda h: h.attribution(3, "Z", "alice"), "Alternative: "),
+    (lambda h: h.attribution(3, "x" * 41, "alice"), "Alternative"),
+    (lambda h: h.attribution(3, 7, "alice"), "Alternative"),
+    (lambda h: h.patching(CLEAN, CORRUPTED[:-1], "alice"), "Corrupted text must have as many tokens"),
+    (lambda h: h.patching(CLEAN, "ABC", "alice"), "Corrupted text: "),
+    (lambda h: h.patching(None, CORRUPTED, "alice"), "Clean text"),
+    (lambda h: h.patching(CLEAN, CLEAN, "alice"), "nothing to restore"),
+    (lambda h: h.patching("a" * 21, "b" * 21, "alice"), "this server patches at most 20"),
+    (lambda h: h.patching("a" * 17, "b" * 17, "alice"), "context is 16 tokens"),
+    (lambda h: h.circuits(2, 0, "alice"), "Layer"),
+    (lambda h: h.circuits(0, float("inf"), "alice"), "Head"),
+])
+def test_bad_values_get_a_message_naming_the_field_and_keep_the_model(handlers, session, call, message):
+    before = {name: p.clone() for name, p in session.model.state_dict().items()}
+    with pytest.raises(gr.Error, match=message):
+        call(handlers)
+    assert all(torch.equal(before[name], p) for name, p in session.model.state_dict().items())
+    assert session.job_name is None and not any(p.active for p in session.model.hook_points().values())
+
+
+def test_patching_keeps_to_the_servers_budget_and_circuits_to_small_vocabularies(session):
+    budget = patch_macs(session.model.config, 6)
+    ctx = make_ctx(max_attention_tokens=20, max_importance_gmacs=budget / 1e9)
+    handlers = tab.AttentionHandlers(ctx)
+    ctx.registry.get("alice").trained = session.trained
+    handlers.analyse(TEXT, "alice")
+    with pytest.raises(gr.Error, match="for this model this server patches at most 6"):
+        handlers.patching(CLEAN, CORRUPTED, "alice")
+    handlers.patching("abcab|", "abcaz|", "alice")  # 6 tokens fit
+    give_model(ctx, "bob", vocab_size=600)  # its character tokenizer writes only the first 29 ids
+    handlers.analyse(TEXT, "bob")
+    with pytest.raises(gr.Error, match="at most 512 tokens; this model has 600"):
+        handlers.circuits(0, 0, "bob")
+
+
+def test_the_new_tools_need_an_analysis_of_the_model_as_it_is(ctx, handlers, session):
+    give_model(ctx, "bob")
+    for call in (lambda: handlers.attribution(0, "", "bob"), lambda: handlers.patching(CLEAN, CORRUPTED, "bob"),
+                 lambda: handlers.circuits(0, 0, "bob")):
+        with pytest.raises(gr.Error, match="Analyse a text first"):
+            call()
+    session.trained.history.append({"step": 10})  # trained further since the analysis
+    with pytest.raises(gr.Error, match="model has changed"):
+        handlers.circuits(0, 0, "alice")
