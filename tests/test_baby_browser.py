@@ -1,7 +1,7 @@
 """The Baby GPT tab in headless Chromium: the chain before and after training (and every frame
 between, as the page drew it), a walk, a temperature change, and a longer run caught while it
-trains; and the tab at a desktop's 1366x900 and a phone's 390x844. Screenshots go to
-tests/screenshots/ for a person to look at.
+trains; and the tab trained at a desktop's 1366x900, then the same page narrowed to a phone's 390x844.
+Screenshots at both widths go to tests/screenshots/ for a person to look at.
 """
 
 import itertools
@@ -11,6 +11,7 @@ import pytest
 from conftest import SCREENSHOTS
 
 from playground.tabs import baby as tab
+from test_browser import wait_until_fits
 
 pytestmark = pytest.mark.browser
 SLOW_REPLAY_S = 6.0
@@ -89,6 +90,7 @@ def test_chain_animates_while_training_then_walks(running_app, browser, monkeypa
 
 # ---------------------------------------------------------------- a desktop and a phone
 
+DESKTOP, PHONE = {"width": 1366, "height": 900}, {"width": 390, "height": 844}
 EDGE_LABEL = re.compile(r"^\d \(\d+%\)$")
 # Every text box of the chain plot, in page pixels: [text, left, top, right, bottom].
 TEXT_BOXES = """() => [...document.querySelectorAll('#baby-chain .textpoint text')].map(t => {
@@ -99,7 +101,6 @@ TEXT_BOXES = """() => [...document.querySelectorAll('#baby-chain .textpoint text
 
 def open_baby_tab(page) -> None:
     """The Baby GPT tab, from the tab bar or, on a phone, from its overflow menu."""
-    page.locator("#train-button").wait_for()
     tab = page.get_by_role("tab", name="Baby GPT")
     if tab.count() and tab.is_visible():
         tab.click()
@@ -125,28 +126,19 @@ def overlap(a: list, b: list) -> float:
     return max(width, 0) * max(height, 0)
 
 
-@pytest.mark.parametrize("width, height", [(1366, 900), (390, 844)])
-def test_chain_and_controls_read_well_on_a_desktop_and_a_phone(running_app, browser, width, height):
-    _, url = running_app
-    page = browser.new_page(viewport={"width": width, "height": height})
-    page.set_default_timeout(90_000)
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(url, wait_until="domcontentloaded")
-    open_baby_tab(page)
-    chain = page.locator("#baby-chain")
-    chain.locator(".gtitle").wait_for()
-
-    # V's three choices on one line (at 1366 px its "4" used to wrap onto a line of its own)
+def assert_vocab_on_one_line(page) -> None:
+    """V's three choices on one line (at 1366 px its "4" used to wrap onto a line of its own)."""
     choices = page.locator("#baby-vocab label")
     assert choices.count() == 3
     tops = {round(choices.nth(i).bounding_box()["y"]) for i in range(3)}
     assert len(tops) == 1, tops
 
-    page.locator("#baby-train").click()
-    page.locator("#baby-status").get_by_text("Trained 50 steps").wait_for()
-    page.wait_for_function("/Step 50 \\/ 50/.test(document.querySelector('#baby-chain .gtitle').textContent)")
-    plot = chain.locator(".main-svg").first.bounding_box()
+
+def assert_chain_reads_well(page, width: int) -> dict:
+    """The trained chain fits a `width`-pixel screen, its graph as wide as the plot allows, its edge labels
+    apart; shot, with the whole tab. Returns the plot's box."""
+    chain = page.locator("#baby-chain")
+    plot = wait_until_fits(page, "#baby-chain .main-svg", width)  # once Plotly has redrawn at this width
     assert plot["x"] >= 0 and plot["x"] + plot["width"] <= width  # the chain fits the screen
 
     # the graph is as wide as the plot allows, and its edge labels do not pile up
@@ -160,17 +152,53 @@ def test_chain_and_controls_read_well_on_a_desktop_and_a_phone(running_app, brow
         assert overlap(a, b) <= 0.1 * (a[3] - a[1]) * (a[4] - a[2]), (a, b)  # at most a sliver
     chain.screenshot(path=str(SCREENSHOTS / f"baby_chain_{width}.png"))
     whole_page_shot(page, f"baby_tab_{width}.png")
+    return plot
 
-    # a colder chain says so in its title
-    number = page.locator("#baby-temperature input[type=number]")
-    number.fill("0.3")
-    number.press("Enter")
-    page.locator("#baby-status").get_by_text("temperature 0.3").wait_for()
-    page.wait_for_function("/temperature 0\\.3$/.test(document.querySelector('#baby-chain .gtitle').textContent)")
+
+def assert_cold_title_shows(page, plot: dict, width: int) -> None:
+    """A colder chain says so in its title, and the whole title shows within the plot."""
+    chain = page.locator("#baby-chain")
     title = chain_title(page)
     assert title.startswith("Step 50 / 50 · loss ") and title.endswith(" · temperature 0.3")
     title_box = chain.locator(".gtitle").first.bounding_box()
     assert title_box["x"] + title_box["width"] <= plot["x"] + plot["width"]  # the whole title shows
     chain.screenshot(path=str(SCREENSHOTS / f"baby_chain_cold_{width}.png"))
+
+
+def test_chain_and_controls_read_well_on_a_desktop_and_a_phone(running_app, browser):
+    # trained once on a desktop, then the same page on a phone (cooled there), then back on the desktop
+    _, url = running_app
+    page = browser.new_page(viewport=DESKTOP)
+    page.set_default_timeout(90_000)
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(url, wait_until="domcontentloaded")
+    page.locator("#train-button").wait_for()
+    open_baby_tab(page)
+    chain = page.locator("#baby-chain")
+    chain.locator(".gtitle").wait_for()
+    assert_vocab_on_one_line(page)
+
+    page.locator("#baby-train").click()
+    page.locator("#baby-status").get_by_text("Trained 50 steps").wait_for()
+    page.wait_for_function("/Step 50 \\/ 50/.test(document.querySelector('#baby-chain .gtitle').textContent)")
+    desktop_plot = assert_chain_reads_well(page, DESKTOP["width"])
+
+    page.set_viewport_size(PHONE)
+    open_baby_tab(page)  # still reachable on a phone, where it may sit in the "More tabs" menu
+    assert_vocab_on_one_line(page)
+    phone_plot = assert_chain_reads_well(page, PHONE["width"])
+
+    number = page.locator("#baby-temperature input[type=number]")
+    number.fill("0.3")
+    number.press("Enter")
+    page.locator("#baby-status").get_by_text("temperature 0.3").wait_for()
+    page.wait_for_function("/temperature 0\\.3$/.test(document.querySelector('#baby-chain .gtitle').textContent)")
+    assert_cold_title_shows(page, phone_plot, PHONE["width"])
+
+    page.set_viewport_size(DESKTOP)  # wait for Plotly to redraw at the desktop's width again
+    page.wait_for_function(f"() => Math.abs(document.querySelector('#baby-chain .main-svg')"
+                           f".getBoundingClientRect().width - {desktop_plot['width']}) <= 1")
+    assert_cold_title_shows(page, chain.locator(".main-svg").first.bounding_box(), DESKTOP["width"])
     assert page.locator(".toast-body.error").count() == 0 and not errors, errors
     page.close()

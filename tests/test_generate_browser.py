@@ -1,7 +1,8 @@
-"""The Generate tab in headless Chromium at a laptop's width and a phone's: train the default task
-through the Train tab, generate, click a token and see it marked, then type characters the model
-has never seen and see which ones, and which it knows, while the previous output stays and nothing
-shows an error. Screenshots go to tests/screenshots/ for a person to look at."""
+"""The Generate tab in headless Chromium: train the default task through the Train tab at a laptop's
+width, generate, click a token and see it marked, then type characters the model has never seen and
+see which ones, and which it knows, while the previous output stays and nothing shows an error; then
+the same page narrowed to a phone's width, where the same is done again (without training again).
+Screenshots at both widths go to tests/screenshots/ for a person to look at."""
 
 import pytest
 from conftest import SCREENSHOTS
@@ -11,34 +12,29 @@ from test_browser import TIMEOUT_MS, assert_no_errors, open_tab, set_number
 
 pytestmark = pytest.mark.browser
 INSPECTED_BACKGROUND = "rgba(245, 158, 11, 0.5)"  # amber at the half opacity HighlightedText draws
+LAPTOP, PHONE = {"width": 1366, "height": 900}, {"width": 390, "height": 844}
 
 
-@pytest.fixture(params=[(1366, 900), (390, 844)], ids=["laptop", "phone"])
-def page(request, running_app, browser):
-    width, height = request.param
-    page = browser.new_page(viewport={"width": width, "height": height})
+@pytest.fixture
+def page(running_app, browser):
+    page = browser.new_page(viewport=LAPTOP)
     page.set_default_timeout(TIMEOUT_MS)
     expect.set_options(timeout=TIMEOUT_MS)
     page.errors = []
     page.on("pageerror", lambda error: page.errors.append(str(error)))
     page.goto(running_app[1], wait_until="domcontentloaded")  # a new page: its own session
     page.locator("#train-button").wait_for()
-    page.name = f"generate-{width}"
     yield page
     page.close()
 
 
 def shot(page, step: str) -> None:
-    page.screenshot(path=str(SCREENSHOTS / f"{page.name}-{step}.png"), full_page=True, animations="disabled")
+    name = f"generate-{page.viewport_size['width']}-{step}.png"
+    page.screenshot(path=str(SCREENSHOTS / name), full_page=True, animations="disabled")
 
 
-def test_generate_mark_a_token_and_refuse_unknown_characters(page):
-    set_number(page, "Steps", 200)  # the default recipe, shortened
-    page.locator("#train-button").click()
-    page.locator("#train-status").filter(has_text="Done: 200 steps").wait_for()
-
-    open_tab(page, "Generate")
-    page.locator("#generate-model-info").filter(has_text="200 steps").wait_for()
+def generate_and_mark_a_token(page) -> None:
+    """Generate from "abc", click the third generated token and see it, and only it, marked."""
     page.locator("#prompt textarea").fill("abc")
     page.locator("#generate-button").click()
     page.locator("#generate-status").filter(has_text="tokens. Click a token").wait_for()
@@ -47,6 +43,7 @@ def test_generate_mark_a_token_and_refuse_unknown_characters(page):
         expect(legend).to_contain_text(band)
 
     tokens = page.locator("#generated-tokens .token")
+    expect(tokens.nth(1)).to_have_css("background-color", INSPECTED_BACKGROUND)  # token 1 until one is clicked
     tokens.nth(3).click()  # the third generated token: entry 0 is the prompt
     expect(tokens.nth(3)).to_have_css("background-color", INSPECTED_BACKGROUND)
     expect(page.locator("#token-alternatives .gtitle")).to_contain_text("Token 3:")
@@ -57,6 +54,11 @@ def test_generate_mark_a_token_and_refuse_unknown_characters(page):
     assert_no_errors(page)
     shot(page, "1-token-marked")
 
+
+def refuse_unknown_characters(page) -> None:
+    """A prompt with characters the model has never seen: the status names them and those it knows; the
+    output, and its marked token, stay."""
+    tokens = page.locator("#generated-tokens .token")
     before = page.locator("#generated-text textarea").input_value()
     count = tokens.count()
     page.locator("#prompt textarea").fill("Hello World")
@@ -70,3 +72,27 @@ def test_generate_mark_a_token_and_refuse_unknown_characters(page):
     expect(tokens.nth(3)).to_have_css("background-color", INSPECTED_BACKGROUND)
     assert_no_errors(page)
     shot(page, "2-unknown-characters")
+
+
+def test_generate_mark_a_token_and_refuse_unknown_characters(page):
+    # trained once on a laptop; then the same page (its session, its model) on a phone
+    set_number(page, "Steps", 200)  # the default recipe, shortened
+    page.locator("#train-button").click()
+    page.locator("#train-status").filter(has_text="Done: 200 steps").wait_for()
+
+    open_tab(page, "Generate")
+    page.locator("#generate-model-info").filter(has_text="200 steps").wait_for()
+    generate_and_mark_a_token(page)
+    refuse_unknown_characters(page)
+
+    page.set_viewport_size(PHONE)
+    open_tab(page, "Generate")  # on a phone the tab may sit in the "More tabs" menu
+    page.locator("#generate-model-info").filter(has_text="200 steps").wait_for()
+    # As on a new page: token 1 inspected, and no message left from the laptop's refusal.
+    page.locator("#token-index input").fill("1")
+    page.locator("#token-index input").press("Enter")
+    expect(page.locator("#token-alternatives .gtitle")).to_contain_text("Token 1:")
+    page.evaluate("() => document.querySelectorAll(\"[data-testid='toast-close']\").forEach(b => b.click())")
+    expect(page.locator(".toast-body")).to_have_count(0)
+    generate_and_mark_a_token(page)
+    refuse_unknown_characters(page)
