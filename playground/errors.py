@@ -4,7 +4,7 @@
         ...                          # wire events as usual
     harden(demo)                     # every handler: raw inputs, a message for every error
 
-- Handlers get the raw JSON values a request carries (`preprocess=False`): the app's own checks
+- The app's handlers get the raw JSON values a request carries (`preprocess=False`): the app's own checks
   (`playground.validate`) then name the field and what is allowed, where Gradio's component
   preprocessing would fail with an empty error on `"abc"`, `null` or NaN, turn `true` into 1, or
   echo a 10 MB value back. Files are still moved into Gradio's cache and path-checked before.
@@ -102,12 +102,14 @@ def _forget_inputs(state, block_fn) -> None:
 
 
 def harden(demo: gr.Blocks) -> None:
-    """Guard every handler of `demo` and give it the raw inputs (see the module docstring)."""
+    """Guard every handler of `demo` and give the app's own the raw inputs (see the module docstring)."""
     for block_fn in demo.fns.values():
         if block_fn.fn is None:  # a front-end-only event (e.g. a Stop that cancels)
             continue
+        # Gradio's own handlers (an Examples table's loader) expect their inputs preprocessed
+        ours = not getattr(block_fn.fn, "__module__", "").startswith("gradio")
         block_fn.fn = guard(block_fn.fn, _where(block_fn))
-        block_fn.preprocess = False
+        block_fn.preprocess = block_fn.preprocess and not ours
 
 
 def _where(block_fn) -> str:

@@ -301,6 +301,22 @@ def test_no_endpoint_answers_with_an_empty_error(app, api_name, data):
     app.error(api_name, data, "malformed-elsewhere")  # asserts the message is not empty
 
 
+def test_an_examples_table_fills_its_row_and_refuses_rows_that_are_not_there(app):
+    """Gradio's own loader of an Examples row (not queued: the page posts to run/predict) keeps its
+    preprocessing: the patching pairs fill both boxes, and a row that is not there gets a message."""
+    def load(loader: str, data: list) -> httpx.Response:
+        return httpx.post(f"{app.url}gradio_api/run/predict", timeout=30, json={
+            "data": data, "fn_index": app.index[loader], "session_hash": "examples-table"})
+
+    pairs = next(name for name in app.index
+                 if name.startswith("load_example") and len(load(name, [1]).json().get("data", [])) == 2)
+    clean, corrupted = (box["value"] for box in load(pairs, [1]).json()["data"])
+    assert "Mary" in clean and "Mary" in corrupted and clean != corrupted
+    for bad in ([99], ["abc"], [{}], [None]):
+        answer = load(pairs, bad)
+        assert answer.status_code != 200 and answer.json()["error"], (bad, answer.text)
+
+
 @pytest.mark.parametrize("data, name", [
     (["abc", 1], "Steps per rung"), ([None, 1], "Steps per rung"), ([[], 1], "Steps per rung"),
     ([{}, 1], "Steps per rung"), ([math.nan, 1], "Steps per rung"), ([1e9, 1], "Steps per rung"),

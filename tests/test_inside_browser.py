@@ -1,6 +1,6 @@
 """Inside a head, in headless Chromium: train the default task, analyse the copy example, then open
-each tool below the heatmaps (step by step, knock-outs, the logit lens, the export) and run it, at a
-laptop's 1366x900 and a phone's 390x844. Screenshots go to tests/screenshots/ for a person to look at.
+each tool below the heatmaps (step by step, knock-outs, the logit lens, logit attribution, patching, a
+head's circuits, the export) and run it, at a laptop's 1366x900 and a phone's 390x844. Screenshots go to tests/screenshots/ for a person to look at.
 """
 
 import json
@@ -8,15 +8,21 @@ from pathlib import Path
 
 import pytest
 from conftest import SCREENSHOTS
-from test_attention_browser import PHONE, analyse_example, assert_titles_clear, trained_page
+from test_attention_browser import PHONE, analyse_example, assert_titles_clear, boxes, trained_page
 from test_browser import assert_no_errors, open_tab
 
 from playground.tabs.attention.export import EXPORT_NAMES
 
 pytestmark = pytest.mark.browser
 SECTIONS = {"steps": "Inside one head: step by step", "knockout": "Knock out heads", "lens": "Logit lens",
-            "export": "Export"}
-TOOL_FIGURES = ("steps-table", "steps-vectors", "knockout-importance", "lens-plot")
+            "attribution": "Why this token: logit attribution", "patching": "Why this token: activation patching",
+            "circuits": "A head's circuits: QK and OV", "export": "Export"}
+# Each "why" tool: the sentence its note says once it has run, and its figures.
+WHY = {"attribution": ("All shares add up to the difference", ("attribution-heads", "attribution-parts")),
+       "patching": ("brings back the most", ("patching-residual", "patching-heads")),
+       "circuits": ("copying score", ("circuits-qk", "circuits-positional", "circuits-ov"))}
+TOOL_FIGURES = ("steps-table", "steps-vectors", "knockout-importance", "lens-plot",
+                *(figure for _, figures in WHY.values() for figure in figures))
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +74,13 @@ def run_tools(page) -> None:
     page.locator("#lens-note").get_by_text("really comes next").wait_for()
     page.locator("#lens-plot .main-svg").first.wait_for()
 
+    for name, (sentence, figures) in WHY.items():  # the copy pair is the patching boxes' default
+        open_section(page, name)
+        page.locator(f"#{name}-run").click()
+        page.locator(f"#{name}-note").get_by_text(sentence).wait_for()
+        for figure in figures:
+            page.locator(f"#{figure} .main-svg").first.wait_for()
+
 
 def shoot_sections(page, width: str) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"inside-{width}.png"), full_page=True)
@@ -107,7 +120,8 @@ def test_every_tool_runs_and_exports_at_laptop_width(page):
         links.nth(names.index(EXPORT_NAMES["json"])).click()
     document = json.loads(Path(download.value.path()).read_text())
     assert document["text"] == "qwhzbkad|qwhzbkad"
-    assert {"head_steps", "knock_out", "importance", "logit_lens"} <= set(document)
+    assert {"head_steps", "knock_out", "importance", "logit_lens", "logit_attribution", "patching",
+            "circuits"} <= set(document)
     assert_no_errors(page)
 
 
@@ -121,7 +135,11 @@ def test_every_tool_reads_at_phone_width(page):
     page.locator("#steps-table .gtitle").filter(has_text="query #10 w").wait_for()
     shoot_sections(page, "390x844")
     assert_titles_clear(page, TOOL_FIGURES, ("[data-testid=block-label]", "button"))
-    for figure in TOOL_FIGURES:  # nothing wider than the screen
+    for figure in TOOL_FIGURES:  # nothing wider than the screen, no title cut off
         box = page.locator(f"#{figure}").bounding_box()
         assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"] + 1, (figure, box)
+        drawn = page.locator(f"#{figure} .main-svg").first.bounding_box()
+        for title in boxes(page, f"#{figure} .gtitle, #{figure} .gtitle-subtitle"):
+            assert title["left"] >= drawn["x"] and title["right"] <= drawn["x"] + drawn["width"] + 1, (
+                figure, title, drawn)
     assert_no_errors(page)

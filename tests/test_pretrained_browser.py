@@ -1,5 +1,5 @@
-"""GPT-2 and SmolLM2 on the Attention tab in headless Chromium: pick one, analyse a text, see every head;
-the Generate tab's picker follows. Both are tiny random models in temporary folders (offline); a server
+"""GPT-2 and SmolLM2 on the Attention tab in headless Chromium: pick one, analyse a text, see every head,
+patch the names pair; the Generate tab's picker follows. Both are tiny random models in temporary folders (offline); a server
 without SmolLM2's weights says so at once. Screenshots go to tests/screenshots/ for a person to look at.
 """
 
@@ -31,6 +31,15 @@ def test_pick_gpt2_on_the_attention_tab_and_see_its_heads(browser, gpt2_url):
         page.locator("#attention-status").filter(has_text="2 layer(s) x 4 head(s)").wait_for()
         page.locator("#attention-grid .js-plotly-plot").wait_for()
         assert page.locator("#attention-grid .heatmaplayer .hm").count() == 8  # every layer x head
+        # why this token: the patching boxes followed the picker to the names pair, which GPT-2 writes evenly
+        page.locator("#patching-section").get_by_text("Why this token: activation patching").click()
+        assert "John gave a drink" in page.locator("#patching-clean textarea").input_value()
+        page.locator("#patching-run").click()
+        page.locator("#patching-note").filter(has_text="brings back the most").wait_for()
+        page.locator("#patching-heads .main-svg").first.wait_for()
+        page.locator("#circuits-section").get_by_text("A head's circuits").click()
+        page.locator("#circuits-run").click()  # 50,257 tokens: a note, no figures
+        page.locator("#circuits-note").filter(has_text="vocabulary has 50,257 tokens").wait_for()
         page.screenshot(path=str(SCREENSHOTS / "pretrained-attention.png"), full_page=True)
         open_tab(page, "Generate")  # the other tab reads GPT-2 too, and says so
         assert page.locator("#generate-model-choice").get_by_label("GPT-2 (pretrained)").is_checked()

@@ -23,8 +23,8 @@ CIRCUIT_PX = 520  # the square of a circuit's heatmap, before the phone's width 
 
 def attribution_heads(parts: Attribution, target: str, alternative: str) -> go.Figure:
     """(L, H): each head's direct share of logit(target) - logit(alternative)."""
-    return head_grid(parts.heads, f"Each head's direct share of logit({target}) − logit({alternative})",
-                     f"The model's difference: {parts.difference:.3f}. Red: for {target}; blue: for {alternative}",
+    return head_grid(parts.heads, "Each head's direct share",  # short: plotly does not wrap titles on a phone
+                     f"of logit({target}) − logit({alternative}) = {parts.difference:.3f}; red: for {target}",
                      colorbar="logit<br>share", hover="share of the logit difference")
 
 
@@ -45,8 +45,8 @@ def attribution_parts(parts: Attribution, target: str, alternative: str) -> go.F
     fig.update_xaxes(type="category", tickangle=-45)
     fig.update_yaxes(zeroline=True, zerolinecolor="#888")
     fig.update_layout(
-        **_title(f"logit({target}) − logit({alternative}), part by part",
-                 "Through the final norm, its scale frozen at this forward pass's value"),
+        **_title(f"logit({target}) − logit({alternative})",
+                 "Part by part; the final norm's scale frozen"),
         height=420, margin=dict(l=50, r=20, t=TOP_MARGIN_PX + 10, b=110), plot_bgcolor="white",
     )
     return fig
@@ -67,7 +67,7 @@ def patching_residual(result: Patching, labels: list[str]) -> go.Figure:
                      showticklabels=len(labels) <= TICK_LABELS_MAX)
     fig.update_yaxes(type="category", autorange="reversed")
     fig.update_layout(
-        **_title("Patching the residual stream, one place at a time",
+        **_title("Patching the stream, place by place",
                  "1 = the clean answer back, 0 = as corrupted"),
         height=max(300, 36 * len(depths) + TOP_MARGIN_PX + 110), margin=dict(l=90, r=20, t=TOP_MARGIN_PX + 20, b=80),
         plot_bgcolor="white",
@@ -104,10 +104,10 @@ def circuit_figures(circuit: Circuits, tokens: list[str]) -> tuple[go.Figure, go
     """The QK circuit (with the positional one beside it where positions are learned, as one
     figure's second panel would crowd a phone: below it) and the OV circuit."""
     name = f"L{circuit.layer} H{circuit.head}"
-    qk = circuit_figure(circuit.qk, tokens, tokens, f"{name}: what a query token looks for (QK)",
-                        "Score before the softmax, token embeddings alone", "query", "key", "score")
-    ov = circuit_figure(circuit.ov, tokens, tokens, f"{name}: what attending to a token writes (OV)",
-                        f"Added to each logit. Copying score {circuit.copying_score:+.2f}",
+    qk = circuit_figure(circuit.qk, tokens, tokens, f"{name} QK: what a query seeks",
+                        "Scores before the softmax, by token", "query", "key", "score")
+    ov = circuit_figure(circuit.ov, tokens, tokens, f"{name} OV: what a token writes",
+                        f"Added to each logit; copying score {circuit.copying_score:+.2f}",
                         "attended", "logit of", "adds")
     return qk, ov
 
@@ -116,6 +116,6 @@ def positional_figure(circuit: Circuits) -> go.Figure:
     """The positional QK circuit: query position x key position (learned positions only)."""
     places = [str(t) for t in range(circuit.positional_qk.size(0))]
     return circuit_figure(circuit.positional_qk, places, places,
-                          f"L{circuit.layer} H{circuit.head}: what a query position looks for",
-                          "Score before the softmax, position embeddings alone", "query position",
+                          f"L{circuit.layer} H{circuit.head} QK, by position",
+                          "Scores before the softmax, by position", "query position",
                           "key position", "score")

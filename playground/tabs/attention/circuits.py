@@ -33,6 +33,11 @@ class Handlers(AttentionBase):
         """A note with the copying score; the QK circuit, the positional one (or none), the OV circuit."""
         with self._current(request) as (_, analysis, reading):
             layer, head = self._layer_head(analysis, layer, head)
+            vocab = reading.model.config.vocab_size
+            if vocab > MAX_CIRCUIT_VOCAB:  # GPT-2, SmolLM2: a note, not an error over three empty plots
+                return (f"This model's vocabulary has {vocab:,} tokens: circuits are drawn for at most "
+                        f"{MAX_CIRCUIT_VOCAB} (a token x token matrix of {vocab:,}² cells is neither legible nor "
+                        "cheap). Train a model here to see its circuits."), None, None, None
             with validate.user_errors():
                 circuit = circuits(reading.model, layer, head)
             analysis.results["circuits"] = circuit

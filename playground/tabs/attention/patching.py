@@ -59,6 +59,14 @@ class Handlers(AttentionBase):
             answers = tuple(tokenizer.token_label(token) for token in (result.target, result.alternative))
         return _note(result, *answers), why.patching_residual(result, labels), why.patching_heads(result)
 
+    def fitting_pair(self, clean, corrupted, request: gr.Request):
+        """After the model changed: while the boxes hold a built-in pair, the first built-in pair the model
+        now read writes in as many tokens twice (GPT-2 splits the copy pair unevenly); typed texts stay."""
+        session = self.ctx.registry.peek(request)
+        if (clean, corrupted) not in PAIRS or session is None or session.reading is None:
+            return gr.skip(), gr.skip()
+        return next((pair for pair in PAIRS if _fits(session.reading.tokenizer, pair)), (gr.skip(), gr.skip()))
+
     def _check_size(self, config, n_tokens: int) -> None:
         """Refuse texts whose patching would pass this server's caps: tokens, and multiply-adds."""
         most = self.ctx.settings.max_attention_tokens
@@ -83,6 +91,14 @@ class Handlers(AttentionBase):
         return {**mine, **super().exported(results, tokenizer)}
 
 
+def _fits(tokenizer: Tokenizer, pair: tuple[str, str]) -> bool:
+    """Whether `tokenizer` writes both texts of `pair`, in as many tokens."""
+    try:
+        return len(tokenizer.encode(pair[0])) == len(tokenizer.encode(pair[1]))
+    except ValueError:  # a character outside the vocabulary
+        return False
+
+
 def _note(result, target: str, alternative: str) -> str:
     cells = [(value, head_name(layer, head)) for layer, row in enumerate(result.heads.tolist())
              for head, value in enumerate(row)]
@@ -96,8 +112,8 @@ def build(ctx: AppContext, handlers: Handlers, page: Page) -> dict[str, gr.Compo
     with gr.Accordion("Why this token: activation patching", open=False, elem_id="patching-section"):
         gr.Markdown(PATCHING_HELP)
         with gr.Row(equal_height=True):
-            clean = gr.Textbox(label="Clean text", lines=2, scale=2, elem_id="patching-clean")
-            corrupted = gr.Textbox(label="Corrupted text (as many tokens)", lines=2, scale=2,
+            clean = gr.Textbox(PAIRS[0][0], label="Clean text", lines=2, scale=2, elem_id="patching-clean")
+            corrupted = gr.Textbox(PAIRS[0][1], label="Corrupted text (as many tokens)", lines=2, scale=2,
                                    elem_id="patching-corrupted")
             run = gr.Button("Patch", variant="primary", scale=1, elem_id="patching-run")
         gr.Examples([list(pair) for pair in PAIRS], inputs=[clean, corrupted], label="Pairs (the first for the copy tasks, the second "
@@ -106,4 +122,6 @@ def build(ctx: AppContext, handlers: Handlers, page: Page) -> dict[str, gr.Compo
                      residual=plot("The residual stream", "patching-residual"),
                      heads=plot("Each head", "patching-heads"))
     run.click(handlers.patching, [clean, corrupted], list(shown.values()), api_name="patch", **ctx.heavy("attention"))
+    ctx.model_changed.change(handlers.fitting_pair, [clean, corrupted], [clean, corrupted],
+                             api_name="patching_fitting_pair", api_visibility="private", **ctx.cheap())
     return shown
