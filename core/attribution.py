@@ -158,16 +158,25 @@ class Patching:
     heads: torch.Tensor  # (L, H) one head's output at every position
 
 
-def patch_macs(config, n_tokens: int) -> int:
-    """About how many multiply-adds `patch` does on texts of `n_tokens`: every (layer, position) of
-    the stream and every head runs the layers after it. A server caps the tokens by it."""
+def first_difference(clean: list[int], corrupted: list[int]) -> int:
+    """The first position where the texts differ (their length if nowhere). Before it the two runs
+    are the same, causal attention seeing only the past: `patch` runs nothing there."""
+    return next((p for p, (a, b) in enumerate(zip(clean, corrupted)) if a != b), min(len(clean), len(corrupted)))
+
+
+def patch_macs(config, n_tokens: int, first_different: int = 0) -> int:
+    """At most how many multiply-adds `patch` does on texts of `n_tokens` that differ from position
+    `first_different` on: every (layer, position from there) of the stream and every head runs the
+    layers after it (fewer where the streams agree, as the embeddings of unchanged tokens do). A
+    server caps the tokens by it."""
     C, L, H = config.n_embd, config.n_layer, config.n_head
     kv = config.kv_heads * config.head_size
     feed_forward = (3 if config.activation == "swiglu" else 2) * C * config.ffn_hidden
     per_token_layer = C * (C + 2 * kv) + C * C + feed_forward + 2 * C * n_tokens
+    places = n_tokens - first_different  # the positions patched in the stream
     later_layers = sum(L - row for row in range(L + 1))  # the stream rows, each runs the layers after it
-    copies = n_tokens * later_layers + H * sum(L - layer for layer in range(L))
-    return copies * n_tokens * per_token_layer + (n_tokens * (L + 1) + H * L) * config.vocab_size * C
+    copies = places * later_layers + H * sum(L - layer for layer in range(L))
+    return copies * n_tokens * per_token_layer + (places * (L + 1) + H * L) * config.vocab_size * C
 
 
 def _checked_ids(model: GPT, name: str, ids: list[int]) -> list[int]:
@@ -231,13 +240,15 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
             logits = model.lm_head(model.ln_f(x[:, -1])).float()  # (N, V)
             return ((difference(logits) - corrupted_difference) / gap).cpu()
 
-        T = len(clean)
-        residual = torch.zeros(L + 1, T)
-        for row in range(L + 1):  # copy p takes the clean stream at position p
-            x = corrupted_streams[row].expand(T, -1, -1).clone()  # (T copies, T, C)
-            every = torch.arange(T)
-            x[every, every] = clean_streams[row]
-            residual[row] = restored(x, row)
+        residual = torch.zeros(L + 1, len(clean))
+        for row in range(L + 1):
+            # Where both runs carry the same vector (every position before the first change, and at the
+            # embeddings every unchanged token), patching restores 0: no run needed.
+            places = (clean_streams[row] != corrupted_streams[row]).any(-1).nonzero()[:, 0]  # (N,)
+            x = corrupted_streams[row].expand(len(places), -1, -1).clone()  # copy i: clean at places[i]
+            x[torch.arange(len(places)), places] = clean_streams[row][places]
+            if len(places):
+                residual[row, places] = restored(x, row)
 
         heads = torch.zeros(L, H)
         for layer in range(L):  # copy h takes head h's clean output at every position

@@ -58,6 +58,7 @@ def test_patching_restores_exactly_where_the_texts_differ(options):
     # The embeddings differ at position 3 only: patching it there is the clean run, anywhere else nothing.
     assert result.residual[0, 3].item() == pytest.approx(1, abs=1e-4)
     assert result.residual[0].abs().sum().item() == pytest.approx(1, abs=1e-4)
+    assert not result.residual[:, :3].any()  # before the change both runs are the same: nothing to restore
     # After the last layer only the last position is read: patched there it is the clean run.
     assert result.residual[-1, -1].item() == pytest.approx(1, abs=1e-4)
     assert result.residual[-1, :-1].abs().max().item() < 1e-4

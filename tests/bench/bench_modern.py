@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from host import describe_host  # noqa: E402
 
 BASE = "shakespeare-char-cpu"
 # name -> (preset, overrides): each part of today's block alone on the CPU recipe, then all of them.
@@ -54,19 +55,6 @@ SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hi
                num_key_value_heads=3, max_position_embeddings=8192, rope_theta=100000.0, rms_norm_eps=1e-5,
                tie_word_embeddings=True)
 SMOLLM2_TOKENS = 64
-
-
-def host_speed() -> float:
-    """GFLOP/s of a 512x512 float32 matrix product on one thread: the host's speed beside its timings."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    a = torch.randn(512, 512)
-    a @ a
-    start, runs = time.perf_counter(), 50
-    for _ in range(runs):
-        a @ a
-    torch.set_num_threads(threads)
-    return 2 * 512**3 * runs / (time.perf_counter() - start) / 1e9
 
 
 def train_variant(name: str, seed: int, steps: int) -> dict:
@@ -204,7 +192,7 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=2, help="runs at a time (one thread each)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="for the SmolLM2 timing")
     args = parser.parse_args()
-    print(f"host: {host_speed():.1f} GFLOP/s on one thread (512x512 float32 matmul)\n")
+    print(describe_host() + "\n")
     ok = True
     if "parts" in args.part:
         ok &= parts(args.seeds, args.steps, args.parallel)

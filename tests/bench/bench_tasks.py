@@ -22,7 +22,9 @@ Every evaluation also prints the induction probe, the Attention tab's test on fr
 score of a head past layer 0, which `is_induction_head` calls an induction head from 0.5 on. The
 phase change is the first evaluation at which the second-half accuracy passes 0.5. On the
 induction task it ends with the shuffle test (`shuffled_halves`): does the best head follow the
-letter, as an induction head does, or the position, as a head that counts does?
+letter, as an induction head does, or the position, as a head that counts does? Then activation
+patching on the Attention tab's copy pair (`playground.tabs.attention.patching.PAIRS[0]`): which head's
+clean output brings back most of the answer, beside the head the probe scores highest.
 """
 
 from __future__ import annotations
@@ -37,10 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from core.attention import is_induction_head, probe_induction  # noqa: E402
+from core.attribution import patch  # noqa: E402
 from core.data import CORPORA, TokenData  # noqa: E402
 from core.model import GPT  # noqa: E402
 from core.presets import PRESETS, preset_configs, preset_corpus  # noqa: E402
 from core.train import Trainer  # noqa: E402
+from playground.tabs.attention.patching import PAIRS  # noqa: E402
 
 PHASE_CHANGE = 0.5  # the second-half accuracy that marks the phase change
 
@@ -131,6 +135,22 @@ def induction_probe(model: GPT) -> str:
     return f"probe {scores[1:].max().item():.2f} (induction heads: {', '.join(heads) or 'none'})"
 
 
+def patching_against_the_probe(model: GPT, tokenizer) -> str:
+    """Head patching on the copy pair, heads ranked by the share they restore, and whether the first is
+    the head the induction probe scores highest (past layer 0)."""
+    clean, corrupted = (tokenizer.encode(text) for text in PAIRS[0])
+    heads = patch(model, clean, corrupted).heads  # (L, H)
+    ranked = sorted(((value, f"L{layer} H{head}") for (layer, head), value in
+                     ((divmod(i, heads.size(1)), v) for i, v in enumerate(heads.flatten().tolist()))), reverse=True)
+    scores = probe_induction(model)
+    layer, head = divmod(int(scores[1:].flatten().argmax()), scores.size(1))
+    named = f"L{layer + 1} H{head}"
+    verdict = "the same head" if ranked[0][1] == named else "a DIFFERENT head"
+    return (f"patching {PAIRS[0][0]!r} into {PAIRS[0][1]!r} restores: "
+            + ", ".join(f"{name} {value:.3f}" for value, name in ranked[:3])
+            + f"; the probe's best is {named} ({scores[layer + 1, head]:.2f}): {verdict}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("presets", nargs="*", default=["repeat", "induction", "induction-rope", "reverse", "sort"])
@@ -182,6 +202,7 @@ def run(name: str, overrides: dict) -> None:
         print(f"{name} seed {train_config.seed}: on lines whose second half is shuffled, {best} puts {letter:.2f} "
               f"of its attention on the letter after the current one's earlier copy, {position:.2f} on the "
               "position the unshuffled copy would use", flush=True)
+        print(f"{name} seed {train_config.seed}: {patching_against_the_probe(model.eval(), tokenizer)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from core.attribution import patch, patch_macs
+from core.attribution import first_difference, patch, patch_macs
 from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
@@ -50,7 +50,7 @@ class Handlers(AttentionBase):
             if len(clean_ids) != len(corrupted_ids):
                 raise gr.Error(f"Corrupted text must have as many tokens as the clean text: {len(corrupted_ids)} "
                                f"against {len(clean_ids)}.")
-            self._check_size(model.config, len(clean_ids))
+            self._check_size(model.config, len(clean_ids), first_difference(clean_ids, corrupted_ids))
             with validate.user_errors():
                 model.check_length(len(clean_ids))
                 result = patch(model, clean_ids, corrupted_ids)
@@ -67,15 +67,16 @@ class Handlers(AttentionBase):
             return gr.skip(), gr.skip()
         return next((pair for pair in PAIRS if _fits(session.reading.tokenizer, pair)), (gr.skip(), gr.skip()))
 
-    def _check_size(self, config, n_tokens: int) -> None:
+    def _check_size(self, config, n_tokens: int, first_different: int) -> None:
         """Refuse texts whose patching would pass this server's caps: tokens, and multiply-adds."""
         most = self.ctx.settings.max_attention_tokens
         if n_tokens > most:
             raise gr.Error(f"Clean text has {n_tokens:,} tokens; this server patches at most {most:,}"
                            f"{self.ctx.settings.cap_hint('max_attention_tokens')}.")
         budget = self.ctx.settings.max_importance_gmacs * 10**9
-        if patch_macs(config, n_tokens) > budget:
-            fits = next((n for n in range(n_tokens, 0, -1) if patch_macs(config, n) <= budget), 1)
+        if patch_macs(config, n_tokens, first_different) > budget:
+            fits = next((n for n in range(n_tokens, 0, -1) if patch_macs(config, n, min(n - 1, first_different))
+                         <= budget), 1)
             raise gr.Error(f"Clean text has {n_tokens:,} tokens; for this model this server patches at most {fits:,} "
                            "(its budget of multiply-adds; locally, --no-caps lifts it).")
 
