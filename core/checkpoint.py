@@ -33,6 +33,7 @@ import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -147,28 +148,46 @@ def save(path: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict | None =
     return folder
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """A checkpoint encoded in memory: taken where the model lives (a training thread: no disk), written
+    elsewhere (a background writer) while the model trains on."""
+
+    config: bytes
+    weights: bytes
+    trainer: bytes | None = None
+
+    def write_archive(self, path: str | Path) -> Path:
+        """Write it as one .zip file (suffix added if missing), atomically; returns its path."""
+        archive = Path(path)
+        if archive.suffix != ".zip":
+            archive = archive.with_name(archive.name + ".zip")
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=archive.parent, prefix=archive.name, suffix=".part")
+        os.close(fd)
+        try:
+            with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+                zf.writestr(CONFIG_FILE, self.config)
+                zf.writestr(WEIGHTS_FILE, self.weights)
+                if self.trainer is not None:
+                    zf.writestr(TRAINER_FILE, self.trainer)
+            os.replace(tmp, archive)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return archive
+
+
+def encode(model: GPT, tokenizer: Tokenizer, meta: dict | None = None, trainer_state: dict | None = None) -> Encoded:
+    """The checkpoint's files as bytes (copies: the model may change right after)."""
+    weights, config = _encode(model, tokenizer, meta)
+    return Encoded(config, weights, None if trainer_state is None else encode_trainer_state(trainer_state))
+
+
 def save_archive(path: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict | None = None,
                  trainer_state: dict | None = None) -> Path:
     """Write the checkpoint as one .zip file (suffix added if missing); returns its path."""
-    weights, config = _encode(model, tokenizer, meta)
-    trainer = None if trainer_state is None else encode_trainer_state(trainer_state)
-    archive = Path(path)
-    if archive.suffix != ".zip":
-        archive = archive.with_name(archive.name + ".zip")
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=archive.parent, prefix=archive.name, suffix=".part")
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            zf.writestr(CONFIG_FILE, config)
-            zf.writestr(WEIGHTS_FILE, weights)
-            if trainer is not None:
-                zf.writestr(TRAINER_FILE, trainer)
-        os.replace(tmp, archive)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return archive
+    return encode(model, tokenizer, meta, trainer_state).write_archive(path)
 
 
 # ---------------------------------------------------------------- sizes

@@ -27,6 +27,7 @@ from playground.context import AppContext
 from playground.errors import GuardedBlocks, harden
 from playground.sessions import SessionRegistry, release_memory
 from playground.settings import Settings
+from playground.store import open_store
 from playground.tabs import attention, baby, generate, ladder, train
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -74,7 +75,8 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
         model_changed = gr.Textbox(visible=False, elem_id="model-changed")
         with gr.Tabs() as tabs:
             ctx = AppContext(settings=settings, registry=registry, share=FairShare(settings.train_slots),
-                             model_changed=model_changed, tabs=tabs, demo=demo)  # pretrained: loaded when read
+                             model_changed=model_changed, tabs=tabs, demo=demo,  # pretrained: loaded when read
+                             store=open_store(settings.state_dir, settings.state_budget_bytes))
             for tab_id, title, module in TABS:
                 with gr.Tab(title, id=tab_id, elem_id=f"tab-{tab_id}") as tab:
                     module.build(ctx)
@@ -89,6 +91,7 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
     _start_sweeper(demo, registry, settings)
     demo.queue(max_size=settings.max_queue_size, default_concurrency_limit=1)
     demo.registry = registry  # for tests and benchmarks: the sessions this app holds
+    demo.store = ctx.store  # ... and where it keeps their models across restarts
     return demo
 
 

@@ -11,8 +11,9 @@ components that tabs share.
             with ctx.registry.job(request, "attention"):
                 ...
 
-Shared: `share`, the round-robin turns every training takes step by step (`core.schedule`), and
-`pretrained`, one copy of each pretrained model's weights (`playground.pretrained`).
+Shared: `share`, the round-robin turns every training takes step by step (`core.schedule`),
+`pretrained`, one copy of each pretrained model's weights (`playground.pretrained`), and `store`,
+where each browser's model is kept across restarts (`playground.store`).
 
 Shared components:
 - `model_changed`: a hidden Textbox the Train tab sets to a new value whenever the session's model
@@ -37,6 +38,7 @@ from core.schedule import FairShare
 from playground.pretrained import CATALOGUE, SharedPretrained
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
+from playground.store import StateStore
 
 # Events that do real work share a concurrency id per kind; the limit comes from the settings.
 HEAVY_KINDS = ("train", "generate", "attention", "baby", "checkpoint")
@@ -50,6 +52,7 @@ class AppContext:
     tabs: gr.Tabs
     demo: gr.Blocks | None = None  # for `ctx.demo.load(...)` (runs when a page opens)
     share: FairShare = field(default_factory=FairShare)  # turns for every session's training steps
+    store: StateStore | None = None  # where models outlive the process (playground.store); None: memory only
     # The pretrained models every session may read, by CATALOGUE key (made from the settings if None).
     pretrained: dict[str, SharedPretrained] | None = None
 

@@ -135,6 +135,7 @@ class Session:
     baby: Any = None  # the Baby GPT tab's own state object
     ladder: Any = None  # the Ladder tab's last climb (core.ladder.Ladder), running or done
     runs: RunLog = field(default_factory=RunLog)  # its last few runs, to compare (Train)
+    token: str | None = None  # its browser's key to the state store, checked (Train: playground.tabs.train.restore)
     last_used: float = field(default_factory=time.monotonic)
     holds_model: bool = False  # has one of the registry's model slots (registry)
     browser: bool = False  # its page is open in a browser, so a heartbeat will tell us when it closes (registry)

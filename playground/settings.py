@@ -70,6 +70,10 @@ class Settings:
     # never by a client.
     gpt2_weights: str = "gpt2"
     smollm2_weights: str = "HuggingFaceTB/SmolLM2-135M"
+    # The state store (playground.store): a folder or any fsspec URL several servers may share ("off":
+    # models in memory only), and the most it may hold; least recently written models go first.
+    state_dir: str = field(default_factory=lambda: default_state_dir(os.environ))
+    state_budget_bytes: int = 2_000_000_000
     # True when the caps were lifted on purpose (a laptop), for messages only
     caps_lifted: bool = False
 
@@ -130,6 +134,15 @@ class Settings:
             f"This server's cap is {getattr(self, cap):,}; running locally, lift it with "
             f"`python -m playground --no-caps` or {ENV_PREFIX}{cap.upper()}=N."
         )
+
+
+def default_state_dir(environ) -> str:
+    """Where models are kept between restarts: a Space's persistent storage (/data) when it has one,
+    else the user's cache folder."""
+    if environ.get("SPACE_ID") and os.path.isdir("/data") and os.access("/data", os.W_OK):
+        return "/data/attention-playground/state"
+    cache = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "attention-playground", "state")
 
 
 def _parse(kind: str, raw: str):

@@ -1,6 +1,7 @@
 """Shared test setup: offline data, fixed seeds, a running app, a headless browser."""
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import random
@@ -127,14 +128,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(settings=None):
-    """The whole app launched on a free port for the block: yields (demo, url)."""
+def serve(settings=None, port: int | None = None):
+    """The whole app launched on `port` (a free one if None) for the block: yields (demo, url)."""
     from playground.app import build_app, launch_kwargs
     from playground.settings import Settings
 
     settings = settings or Settings.from_env({})
+    if settings.state_dir == Settings.from_env({}).state_dir:  # never the user's own store: one per server
+        settings = dataclasses.replace(settings, state_dir=tempfile.mkdtemp(prefix="state-store-"))
     demo = build_app(settings)
-    port = free_port()
+    port = port or free_port()
     demo.launch(**launch_kwargs(settings, port=port), prevent_thread_lock=True, quiet=True)
     try:
         yield demo, f"http://127.0.0.1:{port}/"

@@ -20,10 +20,18 @@ from core.config import stage_of
 from playground import validate
 from playground.figures import note_figure
 from playground.figures.training import loss_figure
-from playground.sessions import TrainedModel, model_title
+from playground.sessions import Session, TrainedModel, model_title
 from playground.tabs.train.form import MODEL_FIELDS, FormRules, modern_parts, switches, upload_path
 from playground.tabs.train.replay import NO_MOVIE, NO_REPLAY, NO_SCORES
-from playground.tabs.train.run import describe
+from playground.tabs.train.run import describe, progress_html
+
+
+def checkpoint_meta(trained: TrainedModel) -> dict:
+    """What a checkpoint of the session's model says besides the weights: its corpus, steps and curve."""
+    return {
+        "corpus": trained.corpus_name, "steps": trained.step, "history": trained.history,
+        "train_config": trained.train_config.to_dict() if trained.train_config else None,
+    }
 
 
 class CheckpointHandlers(FormRules):
@@ -35,15 +43,11 @@ class CheckpointHandlers(FormRules):
             trained = session.trained
             if trained is None:
                 raise gr.Error("There is no model to save yet: train one first.")
-            meta = {
-                "corpus": trained.corpus_name, "steps": trained.step, "history": trained.history,
-                "train_config": trained.train_config.to_dict() if trained.train_config else None,
-            }
             folder = self._folder(session)
             shutil.rmtree(folder, ignore_errors=True)  # only the latest checkpoint of a session is kept
             with validate.user_errors():
                 return str(save_archive(folder / f"gpt-step{trained.step}.zip", trained.model, trained.tokenizer,
-                                        meta, trainer_state=self._downloadable_state(trained)))
+                                        checkpoint_meta(trained), trainer_state=self._downloadable_state(trained)))
 
     def _downloadable_state(self, trained: TrainedModel) -> dict | None:
         """The training state, if the download can still be uploaded here with it: weights plus
@@ -59,25 +63,37 @@ class CheckpointHandlers(FormRules):
             raise gr.Error("Choose a checkpoint .zip to upload.")
         path = upload_path(upload)
         with self.registry.job(request, "loading a checkpoint") as session:
-            with validate.user_errors():
-                # The caps are checked on the checkpoint's config before a byte of weights is read,
-                # and every member is read with a bound that config implies.
-                model, tokenizer, meta = load_checkpoint_file(path, check_config=self.check_caps)
-                resume_state = load_trainer_state(path, config=model.config, max_history=self.settings.max_iters)
-            history = meta.get("history", [])
-            self.registry.claim_model(session)
-            session.trained = TrainedModel(model.train(), tokenizer, meta.get("corpus") or "an uploaded checkpoint",
-                                           history, resume_state=resume_state)
-            session.pretrained = None  # Generate and Attention follow the model just loaded, not GPT-2
-            session.last_text, session.last_steps = "", []
-        config = model.config
-        status = (f"Loaded {model_title(config)} ({model.parameter_counts()['total']:,} parameters, "
+            meta = self._adopt(session, path, "an uploaded checkpoint")
+        config = session.model.config
+        status = (f"Loaded {model_title(config)} ({session.model.parameter_counts()['total']:,} parameters, "
                   f"step {session.trained.step}). Generate with it, inspect it, or pick its corpus and press Train to continue.")
+        return {"status": status, **self._shown_after_load(session, meta)}
+
+    def _adopt(self, session: Session, path: str, source: str) -> dict:
+        """Make the checkpoint at `path` the session's model (under its job lock); its meta. `source`
+        names it where the checkpoint names no corpus."""
+        with validate.user_errors():
+            # The caps are checked on the checkpoint's config before a byte of weights is read,
+            # and every member is read with a bound that config implies.
+            model, tokenizer, meta = load_checkpoint_file(path, check_config=self.check_caps)
+            resume_state = load_trainer_state(path, config=model.config, max_history=self.settings.max_iters)
+        self.registry.claim_model(session)
+        session.trained = TrainedModel(model.train(), tokenizer, meta.get("corpus") or source,
+                                       meta.get("history", []), resume_state=resume_state)
+        session.pretrained = None  # Generate and Attention follow the model just loaded, not GPT-2
+        session.last_text, session.last_steps = "", []
+        return meta
+
+    @staticmethod
+    def _shown_after_load(session: Session, meta: dict) -> dict[str, Any]:
+        """The chart, the other tabs' signal and the model's form fields once a checkpoint is the model."""
+        config = session.model.config
         return {
-            "status": status, "loss_plot": loss_figure(history), "model_changed": describe(session),
+            "loss_plot": loss_figure(meta.get("history", [])), "model_changed": describe(session),
+            "progress": progress_html(None, meta.get("history", [])),
             # the movie and scores were the old model's: the upload has none until Train records one
             "movie_note": NO_MOVIE, "movie_plot": note_figure(NO_REPLAY), "head_scores": note_figure(NO_SCORES),
-            "tokenizer": tokenizer.spec()["kind"], "stage": stage_of(config) or "gpt",
+            "tokenizer": session.tokenizer.spec()["kind"], "stage": stage_of(config) or "gpt",
             **{name: getattr(config, name) for name in MODEL_FIELDS},
             **switches(config, stage_of(config)),  # a bigram's switches stay on: its stage has none
             **modern_parts(config),

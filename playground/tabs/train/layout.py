@@ -34,16 +34,16 @@ from playground.figures import note_figure
 from playground.figures.training import loss_figure
 from playground.sessions import Session
 from playground.tabs.train import compare, link
-from playground.tabs.train.checkpoints import CheckpointHandlers
 from playground.tabs.train.form import (
     ACTIVATION_CHOICES, BREAK_IT, CORPUS_CHOICES, FORM_FIELDS, MODEL_FIELDS, MODERN, NORM_CHOICES, PASTE,
     POSITION_CHOICES, STAGE_CHOICES, TOKENIZER_CHOICES, UPLOAD, heads_for_stage, layers_for_stage,
 )
 from playground.tabs.train.replay import NO_MOVIE, NO_REPLAY, NO_SCORES, PLAY, PLAY_INTERVAL_S, ReplayHandlers
+from playground.tabs.train.restore import KEPT_FIELDS, STORAGE_KEY, RestoreHandlers
 from playground.tabs.train.run import NO_ATTENTION_YET, RunHandlers, progress_html
 
 
-class TrainHandlers(RunHandlers, ReplayHandlers, CheckpointHandlers):
+class TrainHandlers(RunHandlers, ReplayHandlers, RestoreHandlers):
     """The Train tab's event handlers; `request` is a gr.Request or, in tests, a session id."""
 
     def __init__(self, ctx: AppContext) -> None:
@@ -194,8 +194,8 @@ def build(ctx: AppContext) -> TrainHandlers:
                                             file_types=[".zip"], type="filepath")
     if set(form) != set(FORM_FIELDS):
         raise RuntimeError(f"the Train tab's components do not match TrainForm: {sorted(set(form) ^ set(FORM_FIELDS))}")
-    shown.update(status=status, model_changed=ctx.model_changed, movie_note=movie_note, movie_plot=movie_plot,
-                 head_scores=head_scores, **form)
+    shown.update(status=status, progress=progress, model_changed=ctx.model_changed, movie_note=movie_note,
+                 movie_plot=movie_plot, head_scores=head_scores, **form)
 
     def by_name(fn: Callable) -> Callable:
         """`fn` returning {name: value} as a handler returning {component: value} (Gradio's form)."""
@@ -218,7 +218,8 @@ def build(ctx: AppContext) -> TrainHandlers:
     for field, fixed_by_stage in (("n_head", heads_for_stage), ("n_layer", layers_for_stage)):
         form["stage"].change(link.keeping_locks(fixed_by_stage, field), [form["stage"], view], form[field],
                              api_visibility="private", **cheap)
-    previewed = [form[name] for name in ("corpus", "tokenizer", "stage", *MODEL_FIELDS, "upload")]
+    # (the steps too: "already trained 120 of 120 steps" must go once Steps is raised)
+    previewed = [form[name] for name in ("corpus", "tokenizer", "stage", *MODEL_FIELDS, "upload", "steps")]
     # The live count and whether Train continues; also after training and Stop (the model changed).
     gr.on([c.change for c in previewed] + [form["text"].blur, ctx.demo.load, ctx.model_changed.change],
           handlers.preview, inputs, [params, next_step], api_name="preview", api_visibility="private", **cheap)
@@ -240,13 +241,21 @@ def build(ctx: AppContext) -> TrainHandlers:
     save_btn.click(handlers.save_checkpoint, None, checkpoint_file, api_name="save_checkpoint", **one_at_a_time)
     gif_btn.click(handlers.movie_gif, None, gif_file, api_name="attention_movie_gif", **one_at_a_time).success(
         _shown, None, gif_file, **quiet)  # the file box appears once there is a file
-    loaded_outputs = [shown[name] for name in ("status", "loss_plot", "model_changed", "movie_note", "movie_plot",
-                                                "head_scores", "tokenizer", "stage", *MODEL_FIELDS)]
+    loaded_outputs = [shown[name] for name in ("status", "progress", "loss_plot", "model_changed", "movie_note",
+                                                "movie_plot", "head_scores", "tokenizer", "stage", *MODEL_FIELDS)]
     checkpoint_upload.upload(by_name(handlers.load_checkpoint), checkpoint_upload, loaded_outputs,
                              api_name="load_checkpoint", **one_at_a_time)
-    link.wire(ctx, handlers, form, groups, view=view, note_box=link_note, preset_info=shown["preset_info"],
-               button=share_btn, link_box=share_link,
-               writers=[(form["preset"], preset_outputs), (checkpoint_upload, loaded_outputs)])
+    opened = link.wire(ctx, handlers, form, groups, view=view, note_box=link_note, preset_info=shown["preset_info"],
+                       button=share_btn, link_box=share_link,
+                       writers=[(form["preset"], preset_outputs), (checkpoint_upload, loaded_outputs)])
+    # Coming back: after the link has set up the form, a model kept for this browser replaces it.
+    shown["token"] = gr.BrowserState(None, storage_key=STORAGE_KEY,
+                                     secret=ctx.store.secret() if ctx.store is not None else None)
+    restored = [shown[name] for name in ("token", "status", "progress", "loss_plot", "model_changed", "movie_note",
+                                         "movie_plot", "head_scores", *KEPT_FIELDS)]
+    # ... then what Train will do is said again, with the form as it now is
+    opened.then(by_name(handlers.come_back), shown["token"], restored, api_name="come_back", **quiet).then(
+        handlers.preview, inputs, [params, next_step], **quiet)
     return handlers
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import gradio as gr
+from gradio.events import Dependency
 
 from core.presets import PRESETS, get_preset
 from playground import validate
@@ -215,9 +216,10 @@ def keeping_locks(update: Callable[[Any], dict], field: str) -> Callable[[Any, V
 
 def wire(ctx: AppContext, handlers: FormRules, form: dict[str, gr.Component], groups: dict[str, gr.Accordion], *,
          view: gr.State, note_box: gr.Markdown, preset_info: gr.Markdown, button: gr.Button, link_box: gr.Textbox,
-         writers: list[tuple[gr.Component, list[gr.Component]]]) -> None:
+         writers: list[tuple[gr.Component, list[gr.Component]]]) -> Dependency:
     """Open the page's link when it loads, and make one on `button`. `writers` are the controls that
-    fill form fields, each with its outputs: a writer is locked when it fills a locked field."""
+    fill form fields, each with its outputs: a writer is locked when it fills a locked field. Returns
+    the page-load event that opens the link (what must follow it can `.then` it)."""
     _check_layout(form, groups)
     opened = [*form.values(), *groups.values(), *(writer for writer, _ in writers), view, note_box, preset_info]
 
@@ -245,11 +247,12 @@ def wire(ctx: AppContext, handlers: FormRules, form: dict[str, gr.Component], gr
         return gr.update(value=link(base, dict(zip(LINKED, values)), page_view, handlers), visible=True)
 
     quiet = dict(**ctx.cheap(), api_visibility="private", show_progress="hidden")  # no spinner over the form
-    ctx.demo.load(open_link, None, opened, **quiet)
+    loaded = ctx.demo.load(open_link, None, opened, **quiet)
     inputs = [view, *(form[name] for name in LINKED), link_box]
     # The page's address replaces the last input (the link box's old value) on its way to the server.
     button.click(share_setup, inputs, link_box, **quiet,
                  js=f"(...args) => [...args.slice(0, {len(inputs) - 1}), {PAGE_ADDRESS}]")
+    return loaded
 
 
 def _preset_info(handlers: FormRules, values: dict[str, Any]) -> str:

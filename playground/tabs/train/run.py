@@ -5,7 +5,8 @@ Every training takes round-robin turns with the others on the server (`core.sche
 the live views run the model too, so they take turns like steps and spend at most a share of the
 run's own compute (`VIEW_BUDGET`), refreshing less often on a crowded server.
 
-`RunHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `ctx`, `settings` and `registry`.
+`RunHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `ctx`, `settings`, `registry` and
+`keeper` (`restore`: what saves a run's state as it goes).
 Never imports the layout, the link or the checkpoints: they build on the run.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -133,7 +135,7 @@ class RunHandlers(FormRules):
                 yield self._update(session, status=choice)
                 return
             trainer, until, note = self._prepare(session, recipe, text, tokenizer, config, train_config)
-            yield from self._run(session, trainer, until, opening=note)
+            yield from self._run(session, trainer, until, opening=note, keep=self.keeper(session, form, recipe))
 
     def _choice_needed(self, session: Session, config: GPTConfig, tokenizer: Tokenizer, steps: int) -> str:
         """Why Train cannot continue the session's model with these settings ('' when it can)."""
@@ -184,8 +186,9 @@ class RunHandlers(FormRules):
             return _builtin_tokens(recipe.corpus, json.dumps(tokenizer.spec()), block_size)
         return TokenData.from_text(text, tokenizer, block_size)
 
-    def _run(self, session: Session, trainer: Trainer, until: int, opening: str):
-        """Stream the run's updates; the first (after the first step) says `opening` as its status."""
+    def _run(self, session: Session, trainer: Trainer, until: int, opening: str, keep: Callable[[], None]):
+        """Stream the run's updates; the first (after the first step) says `opening` as its status.
+        `keep` saves the session's state (to the store): at every evaluation and at the end."""
         # The first update goes out after the first step, with the chart alone: the first sample and
         # attention map wait their intervals (an untrained model shows noise, and drawing it would
         # delay the first chart).
@@ -210,6 +213,8 @@ class RunHandlers(FormRules):
                     if granted or event.done:  # the last step always has its snapshot, a stopped run's too
                         movie.add(event.step, trainer.probe_attention())
                     viewing += time.perf_counter() - started
+            if not event.error and (event.val_loss is not None or event.done):
+                keep()  # encoded here, written by the store's thread: the next step does not wait for it
             if not event.done and now - last_ui < UI_INTERVAL_S * slower:
                 continue
             last_ui = now
@@ -340,16 +345,21 @@ def _status(event, sharing: int = 1, doing: str = "Training") -> str:
 def progress_html(event, history: list[dict] = ()) -> str:
     """The progress bar and the run's figures; for a task corpus, how well it writes the answers
     (the whole-line loss has a floor there: the questions are random)."""
-    if event is None:
-        return "<div class='train-progress'><div class='bar'><div style='width:0%'></div></div><span>Not trained yet.</span></div>"
-    percent = 100.0 * event.step / max(1, event.max_iters)
-    val = f" · val {event.val_loss:.3f}" if event.val_loss is not None else ""
-    left = "" if event.done else f" · {duration(event.eta)} left"
     scored = next((row for row in reversed(history) if row.get("answer_accuracy") is not None), None)
     answers = ("" if scored is None else
                f"<span class='answers'>Answers (the half of each line that can be learned), validation: "
                f"<b>{scored['answer_accuracy']:.0%} right</b>, loss {scored['answer_loss']:.3f} "
                f"at step {scored['step']:,}.</span>")
+    if event is None and not history:
+        return "<div class='train-progress'><div class='bar'><div style='width:0%'></div></div><span>Not trained yet.</span></div>"
+    if event is None:  # a model loaded (an upload, or brought back): where its curve ends
+        last, evaluated = history[-1], next((row for row in reversed(history) if row.get("val_loss") is not None), {})
+        val = f" · val {evaluated['val_loss']:.3f}" if evaluated else ""
+        return (f"<div class='train-progress'><div class='bar'><div style='width:100%'></div></div>"
+                f"<span>step {last['step']:,} (loaded) · loss {last['train_loss']:.3f}{val}</span>{answers}</div>")
+    percent = 100.0 * event.step / max(1, event.max_iters)
+    val = f" · val {event.val_loss:.3f}" if event.val_loss is not None else ""
+    left = "" if event.done else f" · {duration(event.eta)} left"
     return (
         f"<div class='train-progress'><div class='bar'><div style='width:{percent:.1f}%'></div></div>"
         f"<span>step {event.step:,} / {event.max_iters:,} · loss {event.train_loss:.3f}{val} · "

@@ -1,0 +1,198 @@
+"""The state store: each browser's model outlives the server process (a restart, a crash, a Space
+that slept), in a local folder or any `fsspec` URL several servers share.
+
+    store = open_store(url, budget_bytes)        # None when off ("off") or unusable (logged)
+    token = new_token()                          # server-made; the browser keeps it (BrowserState)
+    store.writer.submit(token, encoded)          # a core.checkpoint.Encoded: written in the background
+    path = store.fetch(token, into=folder)       # the latest archive, or None
+
+What a browser sends back is untrusted: a token is accepted only in the exact form `new_token`
+makes (43 URL-safe characters), and the file is named by a hash of it, so no byte of a request
+becomes part of a path and a token opens only its own entry. Knowing the store's layout does not
+help: a name reveals nothing of the token that writes or reads it.
+
+Bounded: after each write the least recently written entries go until the store holds at most
+`budget_bytes`; an entry evicted so leaves a small tombstone, so its owner is told why the model is
+gone. Writes never block training: the writer keeps the latest archive per token and writes one at
+a time in its own thread. A store that cannot be written (a full disk, no permission) is switched
+off with one logged warning: the app goes on with models in memory only, and says so on the page.
+
+Tested backends: a local folder and fsspec's in-memory filesystem (`memory://`, as a stand-in for a
+shared one: two apps in one process share it). Any fsspec URL with atomic moves should work.
+Never imports a tab or gradio.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import secrets
+import tempfile
+import threading
+from pathlib import Path
+
+import fsspec
+
+from core.checkpoint import Encoded
+
+log = logging.getLogger("playground")
+TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32), nothing else
+ARCHIVE, TOMBSTONE = ".zip", ".evicted"
+SECRET_FILE = "browser-secret"  # BrowserState's key: the same on every server sharing the store
+
+
+def new_token() -> str:
+    """A fresh, unguessable session token (256 bits)."""
+    return secrets.token_urlsafe(32)
+
+
+def valid_token(value: object) -> str | None:
+    """`value` if it is a token in the form `new_token` makes, else None (anything a browser sent)."""
+    return value if isinstance(value, str) and TOKEN.fullmatch(value) else None
+
+
+def _entry(token: str) -> str:
+    """The entry's name: a hash of the token, so no client byte reaches a path."""
+    return hashlib.sha256(token.encode("ascii")).hexdigest()
+
+
+def open_store(url: str, budget_bytes: int) -> "StateStore | None":
+    """The store at `url`; None when `url` is "off" or the store cannot be opened (logged once: the app
+    then keeps models in memory only)."""
+    if url == "off":
+        return None
+    try:
+        return StateStore(url, budget_bytes)
+    except Exception as error:
+        log.warning("state store %r cannot be opened (%s: %s); models are kept in memory only", url,
+                    type(error).__name__, error)
+        return None
+
+
+class StateStore:
+    """Archives by token under one root of an fsspec filesystem, within a byte budget."""
+
+    def __init__(self, url: str, budget_bytes: int) -> None:
+        self.fs, root = fsspec.core.url_to_fs(url)
+        self.root = root.rstrip("/")
+        self.budget_bytes = budget_bytes
+        self.problem: str | None = None  # why the store is off, once a write failed
+        self.fs.makedirs(self.root, exist_ok=True)
+        self._lock = threading.Lock()  # one eviction at a time
+        self.writer = Writer(self)
+
+    def _path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    @property
+    def working(self) -> bool:
+        return self.problem is None
+
+    def secret(self) -> str:
+        """The BrowserState secret, made once and kept in the store (so a restart can read old tokens)."""
+        path = self._path(SECRET_FILE)
+        if not self.fs.exists(path):
+            self._put_bytes(path, secrets.token_urlsafe(32).encode("ascii"))
+        return self.fs.cat_file(path).decode("ascii").strip()
+
+    def _put_bytes(self, path: str, data: bytes) -> None:
+        """Write then move into place: a reader never sees half a file (a crash leaves a .part at most)."""
+        part = f"{path}.{secrets.token_hex(4)}.part"
+        self.fs.pipe_file(part, data)
+        self.fs.mv(part, path)
+
+    def put(self, token: str, archive: Path) -> None:
+        """Store `archive` as the token's entry (replacing the last), then keep to the budget."""
+        name = _entry(token)
+        part = self._path(f"{name}.{secrets.token_hex(4)}.part")
+        self.fs.put_file(str(archive), part)
+        self.fs.mv(part, self._path(name + ARCHIVE))
+        if self.fs.exists(self._path(name + TOMBSTONE)):  # back within the budget: no longer evicted
+            self.fs.rm(self._path(name + TOMBSTONE))
+        self._keep_to_budget(keep=name + ARCHIVE)
+
+    def fetch(self, token: str, into: Path) -> Path | None:
+        """The token's latest archive copied to the folder `into`, or None if there is none."""
+        path = self._path(_entry(token) + ARCHIVE)
+        if not self.fs.exists(path):
+            return None
+        local = into / "restored.zip"
+        self.fs.get_file(path, str(local))
+        return local
+
+    def evicted(self, token: str) -> bool:
+        """Whether the token's model was removed to keep to the budget."""
+        return self.fs.exists(self._path(_entry(token) + TOMBSTONE))
+
+    def used_bytes(self) -> int:
+        return sum(info["size"] for info in self._archives())
+
+    def _archives(self) -> list[dict]:
+        return [info for info in self.fs.ls(self.root, detail=True) if info["name"].endswith(ARCHIVE)]
+
+    def _keep_to_budget(self, keep: str) -> None:
+        """Remove the least recently written archives (never `keep`, just written) past the budget."""
+        with self._lock:
+            entries = sorted(self._archives(), key=_written)
+            used = sum(info["size"] for info in entries)
+            for info in entries:
+                if used <= self.budget_bytes:
+                    break
+                if info["name"].endswith(keep):
+                    continue
+                self.fs.rm(info["name"])
+                self.fs.pipe_file(info["name"][: -len(ARCHIVE)] + TOMBSTONE, b"")
+                used -= info["size"]
+                log.info("state store: evicted an entry of %d bytes to keep to %d", info["size"], self.budget_bytes)
+
+
+def _written(info: dict) -> float:
+    """When an entry was written, as backends name it (local: mtime; memory: created)."""
+    stamp = info.get("mtime", info.get("created", 0.0))
+    return stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
+
+
+class Writer:
+    """One background thread writing each token's latest archive; a newer one replaces a waiting one."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self._waiting: dict[str, Encoded] = {}
+        self._busy = 0  # archives being written now
+        self._changed = threading.Condition()
+        threading.Thread(target=self._loop, name="state-store-writer", daemon=True).start()
+
+    def submit(self, token: str, encoded: Encoded) -> None:
+        """Write `encoded` as the token's entry soon; returns at once."""
+        if not self.store.working:
+            return
+        with self._changed:
+            self._waiting[token] = encoded
+            self._changed.notify_all()
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything submitted is written (tests, shutdown); False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._waiting and not self._busy, timeout)
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._waiting)
+                token = next(iter(self._waiting))
+                encoded = self._waiting.pop(token)
+                self._busy += 1
+            try:
+                with tempfile.TemporaryDirectory(prefix="state-store-") as folder:
+                    self.store.put(token, encoded.write_archive(Path(folder) / "state.zip"))
+            except Exception as error:  # a full disk, no permission: memory only from now on, said once
+                self.store.problem = f"{type(error).__name__}: {error}"
+                log.warning("state store: writing failed (%s); models are kept in memory only from now on",
+                            self.store.problem)
+                with self._changed:
+                    self._waiting.clear()
+            finally:
+                with self._changed:
+                    self._busy -= 1
+                    self._changed.notify_all()

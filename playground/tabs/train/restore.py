@@ -1,0 +1,99 @@
+"""Coming back: a browser's model survives a restart of the server (or a crash, or a Space's sleep).
+
+The browser keeps a token the server made (`gr.BrowserState`, in its local storage); never a path.
+While a run trains, its model, training state, curve and form go to the state store under that token
+at every evaluation, at Stop and at the end (`keeper`: encoded in memory on the training thread, written
+by the store's own thread, so a step never waits for the disk). When a page opens, `come_back` reads
+its token: if the session has no model yet and the store holds one, it is loaded as an upload is (the
+same caps and checks) and the form, the chart and the other tabs follow; Train then continues exactly.
+
+A token is untrusted input: one not in the form the server makes gets a fresh one (and a note), one
+the store does not know starts afresh (a note when its model was evicted to keep the store's budget).
+
+`RestoreHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `ctx`, `registry` and `_adopt`.
+Never imports the layout or the link.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from core.checkpoint import encode
+from playground.sessions import Session
+from playground.store import new_token, valid_token
+from playground.tabs.train.checkpoints import CheckpointHandlers, checkpoint_meta
+from playground.tabs.train.form import FORM_FIELDS, PASTE, Recipe, TrainForm
+
+STORAGE_KEY = "attention-playground-session"  # the browser's local-storage key for its token
+KEPT_FIELDS = tuple(name for name in FORM_FIELDS if name != "upload")  # a file's text is kept as pasted text
+UNREADABLE = "This browser's saved session could not be read (it was not made by this server): starting afresh."
+EVICTED = ("Your model from an earlier visit is gone: the server keeps the most recently trained models within "
+           "its storage budget, and yours had waited longest. Press **Train** to start again.")
+MEMORY_ONLY = ("⚠️ This server cannot save models right now (its storage is full or not writable): yours lives "
+               "in memory only, and a restart of the server loses it. Download a checkpoint to keep it.")
+
+
+def kept_form(form: TrainForm, recipe: Recipe) -> dict[str, Any]:
+    """The form a run trained with, to put back: an uploaded file's text as pasted text."""
+    values = {name: getattr(form, name) for name in KEPT_FIELDS}
+    if recipe.text is not None:
+        values.update(corpus=PASTE, text=recipe.text)
+    return values
+
+
+class RestoreHandlers(CheckpointHandlers):
+    """Keep the session's state in the store as it trains; bring it back when its browser returns."""
+
+    def keeper(self, session: Session, form: TrainForm, recipe: Recipe) -> Callable[[], None]:
+        """What a run calls at each evaluation and at its end: the session's state, to the store."""
+        store, token = self.ctx.store, session.token
+        if store is None or token is None:  # memory only, or a client without a browser (the API)
+            return lambda: None
+        values = kept_form(form, recipe)
+
+        def keep() -> None:
+            trained = session.trained
+            meta = {**checkpoint_meta(trained), "form": values}
+            store.writer.submit(token, encode(trained.model, trained.tokenizer, meta, trained.training_state()))
+        return keep
+
+    def come_back(self, kept, request: gr.Request) -> dict[str, Any]:
+        """At page load: the browser's token (a fresh one if it has none or an unreadable one) and, when
+        the store holds this token's model and the session has none, the model, form and chart back."""
+        store = self.ctx.store
+        if store is None or not store.working:
+            off = self.settings.state_dir == "off"  # the operator's choice is not a problem to report
+            return {"status": gr.skip() if off else MEMORY_ONLY}
+        session = self.registry.get(request)
+        token = valid_token(kept)
+        if token is None:
+            session.token = new_token()
+            return {"token": session.token, "status": UNREADABLE if kept not in (None, "") else gr.skip()}
+        session.token = token
+        if session.trained is not None:  # this session already has a model: nothing to bring back
+            return {"status": gr.skip()}
+        with self.registry.job(request, "restoring your model") as session, \
+                tempfile.TemporaryDirectory(prefix="restore-") as folder:
+            archive = store.fetch(token, Path(folder))
+            if archive is None:
+                return {"status": EVICTED if store.evicted(token) else gr.skip()}
+            meta = self._adopt(session, str(archive), "your earlier model")
+        form = self._checked_form(meta.get("form"))
+        status = (f"Welcome back: your model is here as you left it, at step {session.trained.step}, and Generate "
+                  "and Attention read it.")
+        return {"status": status, **self._shown_after_load(session, meta), **form}
+
+    def _checked_form(self, values: object) -> dict[str, Any]:
+        """The kept form if this server's rules still take it (its caps may have changed), else nothing."""
+        if not isinstance(values, dict) or set(values) != set(KEPT_FIELDS):
+            return {}
+        try:
+            self.recipe(TrainForm(**values))
+        except gr.Error:
+            return {}
+        return dict(values)

@@ -1,0 +1,138 @@
+"""Coming back after a restart (issue 24), against real server processes over raw HTTP: train, kill the
+server with SIGKILL mid-run, start another on the same store, come back with the same browser token,
+and find the weights of the last evaluation byte for byte; going on from there trains exactly as the
+same checkpoint uploaded into a fresh session does. Tokens a browser did not get from the server
+restore nothing."""
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import REPO, free_port
+from test_hostile import Hostile, form
+
+from playground.store import new_token
+from playground.tabs.train.restore import UNREADABLE
+
+pytestmark = pytest.mark.integration
+EVAL_EVERY = 25
+
+
+class Server:
+    """`python -m playground` in its own process on a free port, with `store` as its state store."""
+
+    def __init__(self, store: Path) -> None:
+        self.port = free_port()
+        env = {**os.environ, "PLAYGROUND_STATE_DIR": str(store), "PYTHONPATH": str(REPO)}
+        self.process = subprocess.Popen([sys.executable, "-m", "playground", "--port", str(self.port)], cwd=REPO,
+                                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"http://127.0.0.1:{self.port}/"
+        deadline = time.monotonic() + 90
+        while True:
+            assert self.process.poll() is None and time.monotonic() < deadline, "the server did not start"
+            try:
+                if httpx.get(f"{self.url}config", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        self.app = Hostile(self.url)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+def archives(store: Path) -> list[Path]:
+    return sorted(store.glob("*.zip"))
+
+
+def weights_of(archive: bytes) -> bytes:
+    with zipfile.ZipFile(io.BytesIO(archive)) as zf:
+        return zf.read("model.safetensors")
+
+
+def downloaded(app: Hostile, session: str) -> bytes:
+    """The session's model as the Download button gives it."""
+    file = app.ok("save_checkpoint", [], session)[0]
+    return httpx.get(file["url"], timeout=30).content
+
+
+def history_of(archive: bytes) -> list[dict]:
+    with zipfile.ZipFile(io.BytesIO(archive)) as zf:
+        return json.loads(zf.read("config.json"))["meta"]["history"]
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    return tmp_path / "store"
+
+
+def test_a_killed_server_gives_each_browser_its_model_back(store):
+    first = Server(store)
+    try:
+        token = first.app.ok("come_back", [None], "tab-before")[0]  # a new browser gets its token
+        assert isinstance(token, str) and len(token) == 43
+        run = form(steps=4000, eval_interval=EVAL_EVERY)
+        def train() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # the server dies under it
+                first.app.call("train", run, "tab-before", timeout=300)
+        training = threading.Thread(target=train, daemon=True)
+        training.start()
+        deadline = time.monotonic() + 120
+        while not archives(store):
+            assert time.monotonic() < deadline, "nothing was written to the store"
+            time.sleep(0.1)
+        time.sleep(1.0)  # mid-run, a few evaluations later
+    finally:
+        first.kill()  # no goodbye: whatever is not in the store now is lost
+    kept = archives(store)[0].read_bytes()
+    step = history_of(kept)[-1]["step"]
+    assert step > 0 and step % EVAL_EVERY == 0, step  # an evaluation's state, not a half-written one
+
+    second = Server(store)
+    try:
+        app = second.app
+        answer = app.ok("come_back", [token], "tab-after")  # the reloaded tab: a new session, the same token
+        assert any(isinstance(v, str) and "Welcome back" in v and f"step {step}" in v for v in answer), answer
+        assert weights_of(downloaded(app, "tab-after")) == weights_of(kept)  # byte for byte
+
+        # Going on: the restored session, and the same checkpoint uploaded into a fresh session.
+        more = form(steps=step + 30, eval_interval=EVAL_EVERY)
+        app.ok("train", more, "tab-after")
+        app.ok("load_checkpoint", [app.upload("kept.zip", kept)], "fresh-upload")
+        app.ok("train", more, "fresh-upload")
+        continued, reference = (history_of(downloaded(app, s)) for s in ("tab-after", "fresh-upload"))
+        assert continued[-1]["step"] == step + 30
+        assert continued == reference
+    finally:
+        second.kill()
+
+
+def test_tokens_not_made_here_restore_nothing_and_touch_nothing(running_app):
+    demo, url = running_app
+    store, app = Path(demo.store.root), Hostile(url)
+    real = app.ok("come_back", [None], "owner")[0]
+    app.ok("train", form(eval_interval=10), "owner")  # a model kept under `real`
+    assert demo.store.writer.flush()
+    before = {p.name: p.stat().st_mtime for p in store.iterdir()}
+    for forged in ["../../../etc/passwd", "x" * (1 << 20), real[:-1] + ("A" if real[-1] != "A" else "B"),
+                   {"token": real}, 12345, real + "/"]:
+        answer = app.call("come_back", [forged], "thief")
+        if answer["success"]:
+            values = answer["output"]["data"]
+            assert real not in str(values)[:200] and "Welcome back" not in str(values), str(values)[:200]
+    assert demo.registry.peek("thief").trained is None
+    unknown = app.ok("come_back", [new_token()], "stranger")  # well-formed, but never saved: a fresh start
+    assert "Welcome back" not in str(unknown)
+    assert {p.name: p.stat().st_mtime for p in store.iterdir()} == before
+    assert UNREADABLE in str(app.ok("come_back", ["../../../etc/passwd"], "someone"))
