@@ -2,7 +2,7 @@
 server with SIGKILL mid-run, start another on the same store, come back with the same browser token,
 and find the weights of the last evaluation byte for byte; going on from there trains exactly as the
 same checkpoint uploaded into a fresh session does. Tokens a browser did not get from the server
-restore nothing."""
+restore nothing; two servers sharing a store pass a session between them."""
 
 import contextlib
 import io
@@ -31,12 +31,17 @@ EVAL_EVERY = 25
 class Server:
     """`python -m playground` in its own process on a free port, with `store` as its state store."""
 
-    def __init__(self, store: Path) -> None:
+    def __init__(self, store: Path, wait: bool = True) -> None:
         self.port = free_port()
         env = {**os.environ, "PLAYGROUND_STATE_DIR": str(store), "PYTHONPATH": str(REPO)}
         self.process = subprocess.Popen([sys.executable, "-m", "playground", "--port", str(self.port)], cwd=REPO,
                                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.url = f"http://127.0.0.1:{self.port}/"
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        """Until the server answers (it imports torch and gradio first: seconds)."""
         deadline = time.monotonic() + 90
         while True:
             assert self.process.poll() is None and time.monotonic() < deadline, "the server did not start"
@@ -70,6 +75,18 @@ def downloaded(app: Hostile, session: str) -> bytes:
 def history_of(archive: bytes) -> list[dict]:
     with zipfile.ZipFile(io.BytesIO(archive)) as zf:
         return json.loads(zf.read("config.json"))["meta"]["history"]
+
+
+def comes_back(app: Hostile, token: str, tab: str, step: int) -> str:
+    """The session of a new tab with `token` that got the model at `step` (the store's writer works in
+    the background: the last state may take a moment; each try is a new tab)."""
+    deadline = time.monotonic() + 15
+    for attempt in range(1000):
+        answer = str(app.ok("come_back", [token], f"{tab}-{attempt}"))
+        if f"step {step}" in answer:
+            return f"{tab}-{attempt}"
+        assert time.monotonic() < deadline, answer[:300]
+        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -116,6 +133,22 @@ def test_a_killed_server_gives_each_browser_its_model_back(store):
         assert continued == reference
     finally:
         second.kill()
+
+
+def test_two_servers_on_one_store_carry_a_session_between_them(store):
+    """Replicas behind a load balancer: the learner's next page lands on the other server."""
+    one, other = Server(store, wait=False), Server(store, wait=False)  # started side by side
+    try:
+        one.wait()
+        other.wait()
+        token = one.app.ok("come_back", [None], "on-one")[0]
+        one.app.ok("train", form(steps=40, eval_interval=20), "on-one")
+        there = comes_back(other.app, token, "on-other", 40)
+        other.app.ok("train", form(steps=60, eval_interval=20), there)  # continued there
+        comes_back(one.app, token, "back-on-one", 60)  # and back again
+    finally:
+        one.kill()
+        other.kill()
 
 
 def test_tokens_not_made_here_restore_nothing_and_touch_nothing(running_app):
