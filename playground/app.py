@@ -66,8 +66,9 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("playground").setLevel(logging.INFO)
     registry = SessionRegistry(
-        settings.max_sessions, settings.session_ttl_s, api_ttl_s=settings.api_ttl_s,
-        evict_idle_s=settings.evict_idle_s, max_light_sessions=settings.max_light_sessions,
+        settings.model_memory_bytes, settings.session_ttl_s, api_ttl_s=settings.api_ttl_s,
+        evict_idle_s=settings.evict_idle_s, set_aside_idle_s=settings.set_aside_idle_s,
+        max_light_sessions=settings.max_light_sessions,
     )
     # Uploaded and returned files (corpora, checkpoints) older than an hour are deleted every half hour.
     with GuardedBlocks(title=TITLE, delete_cache=(1800, 3600)) as demo:

@@ -45,8 +45,10 @@ class ModelPicker:
             return YOURS, f"⚠️ {error.message}", self.described(session)  # nothing loaded: none was read
         if session.pretrained is None:
             # It holds no weights of its own, but its analyses are the largest a session keeps (144 heads):
-            # a slot, like any model, so a flood of sessions cannot fill the memory with them.
-            self.ctx.registry.claim_model(session)
+            # their memory is claimed like a model's, so a flood of sessions cannot fill the memory with them.
+            config = pretrained.model.config  # its analyses: float16 maps of every head at the longest text
+            self.ctx.registry.claim_model(
+                session, 2 * config.n_layer * config.n_head * self.ctx.settings.max_attention_tokens ** 2)
         if session.pretrained is None or session.pretrained.source != choice:
             session.pretrained = reading(kind, pretrained)
         return choice, read_only_note(kind, session.pretrained), self.described(session)

@@ -14,13 +14,16 @@ length): every file a session writes is named by `Session.id`, a random id made 
 
 Policy (a flood of cheap calls must not push out anybody's model):
 - A session starts *light*: it holds nothing worth keeping. Light sessions do not count
-  towards `max_sessions`; at most `max_light_sessions` exist, the least recently used light one
+  towards the memory budget; at most `max_light_sessions` exist, the least recently used light one
   goes first, and each is freed after `api_ttl_s` idle.
-- `claim_model` gives a session one of the `max_sessions` model slots before it trains, loads a
-  checkpoint or trains a baby GPT; it keeps the slot until it is freed. When all slots are taken,
-  the least recently used model session idle for at least `evict_idle_s` is evicted (its owner is
-  told once); if none is, the newcomer is told the server is full. So only another learner's
-  model can push a model out, and only one left idle for a while.
+- `claim_model(session, nbytes)` gives a session `nbytes` of the `memory_budget` for models before it
+  trains, loads a checkpoint or trains a baby GPT (`training_bytes`: weights, gradients and AdamW's
+  two moments); it keeps them until it is freed. A room of tiny models fits many times over; when a
+  claim does not fit, the least recently used models not working now make room: one the store can
+  keep (`keep_aside`, given by the tab that can save it) is set aside after `set_aside_idle_s` idle and
+  comes back on its owner's next call; one it cannot keep goes only after `evict_idle_s` idle (its
+  owner is told once). If that is not enough, the newcomer is told the server is full. So only
+  another learner's model can push a model out of memory, and none is lost while the store works.
 - A session whose page is open in a browser (`mark_browser`, from the page's load event) keeps its
   model for `ttl_s` idle and is freed when the tab closes (`free`, wired to `demo.unload`); one
   used over the API alone has no heartbeat, so it is freed after `api_ttl_s` idle.
@@ -136,8 +139,10 @@ class Session:
     ladder: Any = None  # the Ladder tab's last climb (core.ladder.Ladder), running or done
     runs: RunLog = field(default_factory=RunLog)  # its last few runs, to compare (Train)
     token: str | None = None  # its browser's key to the state store, checked (Train: playground.tabs.train.restore)
+    kept_form: dict | None = None  # the Train form of its model's last run, kept with it in the store (Train)
     last_used: float = field(default_factory=time.monotonic)
-    holds_model: bool = False  # has one of the registry's model slots (registry)
+    holds_model: bool = False  # holds part of the registry's memory budget for models (registry)
+    held_bytes: int = 0  # ... this much (registry)
     browser: bool = False  # its page is open in a browser, so a heartbeat will tell us when it closes (registry)
     job_name: str | None = None  # the heavy job running now, if any (registry)
     stop_requested: bool = False  # Stop pressed; checked between training steps (Train)
@@ -174,6 +179,11 @@ class Session:
             self.ladder.stop()
 
 
+def training_bytes(n_params: int) -> int:
+    """Memory a model of `n_params` takes while it trains: float32 weights, gradients and AdamW's two moments."""
+    return 16 * n_params
+
+
 def session_key(request: gr.Request | str) -> str:
     """The session key of a request (tests and notebooks may pass the key itself)."""
     key = request if isinstance(request, str) else getattr(request, "session_hash", None)
@@ -208,27 +218,39 @@ _LIBC = _glibc()
 
 
 class SessionRegistry:
-    """Thread-safe map session key -> Session with model slots, time-to-live and per-session jobs
+    """Thread-safe map session key -> Session with a memory budget for models, time-to-live and per-session jobs
     (the policy is in the module docstring)."""
 
-    def __init__(self, max_sessions: int, ttl_s: float, *, api_ttl_s: float = 600.0, evict_idle_s: float = 600.0,
-                 max_light_sessions: int = 1000, clock: Callable[[], float] = time.monotonic) -> None:
-        self.max_sessions = max_sessions
+    def __init__(self, memory_budget: int, ttl_s: float, *, api_ttl_s: float = 600.0, evict_idle_s: float = 600.0,
+                 set_aside_idle_s: float = 30.0, max_light_sessions: int = 1000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.memory_budget = memory_budget  # bytes for every session's model together
+        self.set_aside_idle_s = set_aside_idle_s  # a model the store keeps may leave memory after this idle
         self.ttl_s = ttl_s
         self.api_ttl_s = api_ttl_s
         self.evict_idle_s = evict_idle_s
         self.max_light_sessions = max_light_sessions
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
-        self._expired: OrderedDict[str, str] = OrderedDict()  # key -> why, told to its owner once
+        # key -> (why, token): told to its owner once; with the token of a model set aside in the store,
+        # which comes back instead
+        self._expired: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
         self._lock = threading.Lock()
         self._last_sweep = clock()
         self._on_free: list[Callable[[Session], None]] = []
+        self._offload: Callable[[Session], bool] | None = None
+        self._return: Callable[[Session], bool] | None = None
 
     def on_free(self, callback: Callable[[Session], None]) -> None:
         """Call `callback(session)` whenever a session is freed, swept or evicted (e.g. to delete
         its files, named by `session.id`). Callbacks run outside the registry's lock and must not raise."""
         self._on_free.append(callback)
+
+    def keep_aside(self, offload: Callable[[Session], bool], bring_back: Callable[[Session], bool]) -> None:
+        """How a model leaves memory without being lost: `offload(session)` keeps it elsewhere (the state
+        store) and says whether it did; `bring_back(session)` (a new session with the old one's token)
+        puts it back and says whether it could. Both run outside the registry's lock."""
+        self._offload, self._return = offload, bring_back
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -242,10 +264,11 @@ class SessionRegistry:
             return set(self._sessions)
 
     def counts(self) -> dict[str, int]:
-        """How many sessions exist, and how many of them hold a model slot."""
+        """How many sessions exist, how many of them hold a model, and the bytes those claim."""
         with self._lock:
-            models = sum(s.holds_model for s in self._sessions.values())
-            return {"sessions": len(self._sessions), "models": models}
+            holders = [s for s in self._sessions.values() if s.holds_model]
+            return {"sessions": len(self._sessions), "models": len(holders),
+                    "model_bytes": sum(s.held_bytes for s in holders)}
 
     def get(self, request: gr.Request | str) -> Session:
         """This request's session, created (light) on first use; gr.Error once if its model was
@@ -257,8 +280,8 @@ class SessionRegistry:
             with self._lock:
                 if now - self._last_sweep >= SWEEP_EVERY_S:
                     freed += self._sweep_locked(now)
-                why = self._expired.pop(key, None)
-                if why is not None:
+                why, token = self._expired.pop(key, (None, None))
+                if why is not None and token is None:
                     raise gr.Error(
                         f"Your session expired: {why} Your model is gone; start again (Train or upload a checkpoint).",
                         print_exception=False,
@@ -266,12 +289,24 @@ class SessionRegistry:
                 session = self._sessions.get(key)
                 if session is None:
                     freed += self._make_light_room_locked()
-                    session = self._sessions[key] = Session(key=key, last_used=now)
+                    session = self._sessions[key] = Session(key=key, last_used=now, token=token)
                 self._sessions.move_to_end(key)
                 session.last_used = now
-                return session
         finally:
             self._notify(freed)
+        if token is not None:  # its model was set aside: back from the store now
+            try:
+                back = self._return is not None and self._return(session)
+            except gr.Error:  # no room yet (the server is full): the next call tries again
+                with self._lock:
+                    if self._sessions.get(key) is session and not session.holds_model:
+                        del self._sessions[key]
+                    self._remember_locked(key, why, token)
+                raise
+            if not back:
+                raise gr.Error(f"Your session expired: {why} It could not be brought back from the server's "
+                               "storage; start again (Train or upload a checkpoint).", print_exception=False)
+        return session
 
     def peek(self, request: gr.Request | str) -> Session | None:
         """The session if it exists, without creating it or refreshing its time."""
@@ -289,28 +324,59 @@ class SessionRegistry:
             if session.key in self._sessions:
                 self._sessions.move_to_end(session.key)
 
-    def claim_model(self, session: Session) -> None:
-        """Give `session` a model slot (before it gets a model); gr.Error if the server is full."""
-        freed: list[Session] = []
-        try:
+    def claim_model(self, session: Session, nbytes: int) -> None:
+        """Give `session` `nbytes` of the memory for models (before it gets a model of that size), making
+        room if needed (see the module docstring); gr.Error if the server is full."""
+        unkept: set[str] = set()  # sessions the store could not take
+        while True:
             with self._lock:
-                if session.holds_model:
+                needed = self._held_locked(exclude=session) + nbytes - self.memory_budget
+                if needed <= 0:
+                    session.holds_model, session.held_bytes = True, max(nbytes, 1)
                     return
-                holders = [s for s in self._sessions.values() if s.holds_model]  # least recent first
-                if len(holders) >= self.max_sessions:
-                    now = self._clock()
-                    idle = next((s for s in holders if not s.busy and now - s.last_used >= self.evict_idle_s), None)
-                    if idle is None:
-                        raise gr.Error(
-                            f"The server is full: {len(holders)} learners hold a model right now (its limit). "
-                            "Try again in a few minutes.", print_exception=False,
-                        )
-                    self._evict_locked(idle, f"the server holds at most {self.max_sessions} models and yours "
-                                             f"had been idle longest (over {self.evict_idle_s / 60:.0f} minutes).")
-                    freed.append(idle)
-                session.holds_model = True
-        finally:
-            self._notify(freed)
+                now = self._clock()
+                others = [s for s in self._sessions.values() if s.holds_model and s is not session and not s.busy]
+                aside = next((s for s in others if s.token and s.key not in unkept and self._offload is not None
+                              and now - s.last_used >= self.set_aside_idle_s), None)
+                idle = next((s for s in others if now - s.last_used >= self.evict_idle_s), None)
+                if aside is None and idle is None:
+                    held = self._held_locked(exclude=session)
+                    raise gr.Error(
+                        f"The server is full: the models held now take {held / 2**20:,.0f} MB of its "
+                        f"{self.memory_budget / 2**20:,.0f} MB for models, and none has been idle long enough to "
+                        "make room. Try again in a few minutes, or train a smaller model.", print_exception=False)
+            if aside is not None:
+                if self._offload(aside):
+                    self._set_aside(aside)
+                else:
+                    unkept.add(aside.key)
+                continue
+            with self._lock:
+                victim = idle if idle is not None and idle.key in self._sessions else None
+                if victim is None:
+                    continue
+                self._evict_locked(victim, "the server's memory for models was full and yours had been idle "
+                                           f"longest (over {self.evict_idle_s / 60:.0f} minutes).")
+            self._notify([victim])
+
+    def _held_locked(self, exclude: Session | None = None) -> int:
+        return sum(s.held_bytes for s in self._sessions.values() if s.holds_model and s is not exclude)
+
+    def _set_aside(self, session: Session) -> None:
+        """Drop a model the store now keeps: its owner's next call brings it back (`keep_aside`)."""
+        with self._lock:
+            if self._sessions.get(session.key) is not session or session.busy:
+                return
+            del self._sessions[session.key]
+            self._remember_locked(session.key, "the server needed its memory for models and yours was idle; it "
+                                               "was kept in storage.", session.token)
+        self._notify([session])
+
+    def _remember_locked(self, key: str, why: str, token: str | None) -> None:
+        """Tell the owner of `key` `why` on their next call (once), bringing back what `token` keeps."""
+        self._expired[key] = (why, token)
+        while len(self._expired) > EXPIRED_MEMORY:
+            self._expired.popitem(last=False)
 
     @contextlib.contextmanager
     def job(self, request: gr.Request | str, name: str) -> Iterator[Session]:
@@ -377,6 +443,4 @@ class SessionRegistry:
         del self._sessions[session.key]
         session.stop_work()
         if session.holds_model:
-            self._expired[session.key] = why
-            while len(self._expired) > EXPIRED_MEMORY:
-                self._expired.popitem(last=False)
+            self._remember_locked(session.key, why, None)

@@ -44,16 +44,20 @@ class Settings:
     # (core.interventions.importance_macs; ~5 s of one core): GPT-2 gets ~16 tokens, a 6 x 8 x 256 model all 256
     max_importance_gmacs: float = 200.0
     # sessions (the policy is in playground/sessions.py)
-    max_sessions: int = 60  # sessions holding a model
+    # the memory every session's model may take together (training_bytes: 16 bytes a parameter while it
+    # trains); by default from the machine: half the memory free at start (PLAYGROUND_MODEL_MEMORY_BYTES)
+    model_memory_bytes: int = field(default_factory=lambda: default_model_memory())
+    max_trainings: int = 200  # trainings admitted at once (each holds a worker thread); more wait in the queue
     max_light_sessions: int = 1000  # sessions holding none (a visitor who has not trained yet)
     session_ttl_s: float = 3600.0  # a model in a tab open in a browser is freed after this idle
     api_ttl_s: float = 600.0  # a session with no browser (no heartbeat), or without a model, after this
     evict_idle_s: float = 600.0  # a model idle this long may make room for another learner's
+    set_aside_idle_s: float = 30.0  # ... or this long, when the state store keeps it (it comes back on the next click)
     # Gradio keeps its own state for every session hash it sees (about 0.8 MB each, with the last
     # outputs): past this many the least recently used goes, and the sweep drops idle ones. The app
     # keeps nothing there that matters (models live in the registry), so losing it costs nothing.
     gradio_state_capacity: int = 100
-    # Trainings: every learner's runs at once (up to max_sessions), taking turns step by step
+    # Trainings: every learner's runs at once (up to max_trainings), taking turns step by step
     # (core.schedule.FairShare); this many steps compute at a time, by default one per core.
     train_slots: int = field(default_factory=default_slots)
     # queue: how many of each other heavy event kind run at once; the rest wait in the queue
@@ -117,14 +121,14 @@ class Settings:
             max_prompt_chars=200_000, max_upload_bytes=2_000_000_000, max_attention_tokens=512,
             max_importance_gmacs=100_000.0,
             # one training computes at a time, on every core (two tabs take turns)
-            max_sessions=8, torch_threads=max(1, os.cpu_count() or 1), train_slots=1, caps_lifted=True,
+            max_trainings=8, torch_threads=max(1, os.cpu_count() or 1), train_slots=1, caps_lifted=True,
         )
         return cls.from_env(environ, **{**lifted, **overrides})
 
     @property
     def train_concurrency(self) -> int:
-        """Trainings admitted at once: one per model slot, so nobody waits in the queue to start."""
-        return self.max_sessions
+        """Trainings admitted at once: more than a room's learners, so nobody waits in the queue to start."""
+        return self.max_trainings
 
     def cap_hint(self, cap: str) -> str:
         """How a user lifts `cap`, appended to messages about values over it."""
@@ -134,6 +138,20 @@ class Settings:
             f"This server's cap is {getattr(self, cap):,}; running locally, lift it with "
             f"`python -m playground --no-caps` or {ENV_PREFIX}{cap.upper()}=N."
         )
+
+
+def default_model_memory() -> int:
+    """Half the memory this machine has free now (Linux's MemAvailable; else half of it all), at least 512 MiB."""
+    available = None
+    try:
+        with open("/proc/meminfo") as meminfo:
+            available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        try:
+            available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            pass
+    return max(512 << 20, (available or 0) // 2)
 
 
 def default_state_dir(environ) -> str:

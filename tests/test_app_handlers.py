@@ -28,7 +28,7 @@ FORM = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_l
 
 
 def make_ctx() -> AppContext:
-    return AppContext(settings=SETTINGS, registry=SessionRegistry(10, 600), model_changed=None, tabs=None)
+    return AppContext(settings=SETTINGS, registry=SessionRegistry(10**9, 600), model_changed=None, tabs=None)
 
 
 @pytest.fixture
@@ -374,7 +374,7 @@ def test_generate_without_a_model_says_what_to_do(trained):
 
 
 def test_every_event_has_an_api_name_and_a_concurrency_on_purpose():
-    settings = Settings(max_sessions=7, generate_concurrency=3)
+    settings = Settings(max_trainings=7, generate_concurrency=3)
     demo = build_app(settings)
     events = {fn.api_name: fn for fn in demo.fns.values() if fn.api_name}
     for name in ("train", "train_new", "stop", "preset", "save_checkpoint", "load_checkpoint",
@@ -395,7 +395,7 @@ def test_launch_defaults_are_secure():
     assert kwargs["enable_monitoring"] is False and kwargs["allowed_paths"] == []
     assert kwargs["show_error"] is False and kwargs["max_file_size"] == 1234
     # each admitted training holds a worker thread while it waits its turn; others must still get one
-    settings = Settings(max_sessions=90)
+    settings = Settings(max_trainings=90)
     assert launch_kwargs(settings)["max_threads"] >= settings.train_concurrency + 20
 
 

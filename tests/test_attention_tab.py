@@ -31,7 +31,7 @@ PAYLOAD_LIMIT = 2_000_000
 
 def make_ctx(**settings) -> AppContext:
     with gr.Blocks():
-        return AppContext(settings=Settings(**settings), registry=SessionRegistry(10, 3600.0),
+        return AppContext(settings=Settings(**settings), registry=SessionRegistry(10**9, 3600.0),
                           model_changed=gr.Textbox(), tabs=gr.Tabs())
 
 

@@ -24,7 +24,7 @@ FRAME_LIMIT_BYTES = 400_000  # one streamed frame of the largest (81-state) chai
 @pytest.fixture
 def ctx():
     with gr.Blocks():
-        return AppContext(settings=Settings(), registry=SessionRegistry(10, 3600.0),
+        return AppContext(settings=Settings(), registry=SessionRegistry(10**9, 3600.0),
                           model_changed=gr.Textbox(), tabs=gr.Tabs())
 
 

@@ -22,7 +22,9 @@ import torch
 from core.checkpoint import save_archive
 from core.config import GPTConfig
 from core.model import GPT
+from core.presets import preset_configs, preset_corpus
 from core.tokenizers import CharTokenizer
+from playground.sessions import training_bytes
 from playground.settings import Settings
 from tests.conftest import serve
 
@@ -209,17 +211,28 @@ def test_checkpoints_load_one_at_a_time(running_app, app):
 # ---------------------------------------------------------------- 3. a flood cannot evict a learner
 
 
+def tiny_model_bytes() -> int:
+    """The memory a TINY model claims while it trains."""
+    _, tokenizer = preset_corpus("repeat")
+    config, _ = preset_configs("repeat", tokenizer.vocab_size, **{k: TINY[k] for k in ("n_layer", "n_head", "n_embd",
+                                                                                    "block_size", "dropout")})
+    with torch.device("meta"):
+        return training_bytes(GPT(config).parameter_counts()["total"])
+
+
 def test_a_flood_of_new_sessions_does_not_evict_a_trained_model():
-    settings = Settings.from_env({}, max_sessions=3, max_light_sessions=10)
+    # memory for three TINY models (and a bit): the victim and two trainers fill it
+    settings = Settings.from_env({}, model_memory_bytes=3 * tiny_model_bytes() + 1000, max_light_sessions=10)
     with serve(settings) as (demo, url):
         app = Hostile(url)
         app.ok("train", form(), "victim")
         for i in range(40):  # cheap calls, each from a new session, 13 times the light cap
             app.ok("baby_gpt_walk", ["", 5, 0, 0, 1.0], f"flood-{i}")
-        assert demo.registry.counts() == {"sessions": 11, "models": 1}
+        counts = demo.registry.counts()
+        assert (counts["sessions"], counts["models"]) == (11, 1)
         tokens, text, status = app.ok("generate", GENERATE, "victim")
         assert text.startswith("qwhzbkad|") and "tokens" in status
-        # Trainers fill the model slots; the victim, in use a moment ago, is not pushed out.
+        # Trainers fill the memory for models; the victim, in use a moment ago, is not pushed out.
         for i in range(2):
             app.ok("train", form(), f"trainer-{i}")
         message = app.error("train", form(), "one-too-many")
@@ -372,7 +385,7 @@ def test_sessions_without_a_browser_are_freed_after_a_short_idle_time():
         deadline = time.monotonic() + 20
         while demo.registry.counts()["sessions"] and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert demo.registry.counts() == {"sessions": 0, "models": 0}
+        assert demo.registry.counts() == {"sessions": 0, "models": 0, "model_bytes": 0}
         assert "expired" in app.error("generate", GENERATE, "left-behind")
 
 

@@ -44,7 +44,7 @@ def tiny_gpt2_folder(tmp_path_factory) -> str:
 
 def make_ctx(weights: str) -> AppContext:
     with gr.Blocks():
-        return AppContext(settings=Settings(gpt2_weights=weights, max_new_tokens=50), registry=SessionRegistry(10, 3600.0),
+        return AppContext(settings=Settings(gpt2_weights=weights, max_new_tokens=50), registry=SessionRegistry(10**9, 3600.0),
                           model_changed=gr.Textbox(), tabs=gr.Tabs())
 
 
@@ -247,7 +247,7 @@ def both(tiny_gpt2_folder, tiny_llama_folder):
     with gr.Blocks():
         return AppContext(settings=Settings(gpt2_weights=tiny_gpt2_folder, smollm2_weights=tiny_llama_folder,
                                             max_new_tokens=50),
-                          registry=SessionRegistry(10, 3600.0), model_changed=gr.Textbox(), tabs=gr.Tabs())
+                          registry=SessionRegistry(10**9, 3600.0), model_changed=gr.Textbox(), tabs=gr.Tabs())
 
 
 def test_every_pretrained_model_has_its_own_setting():

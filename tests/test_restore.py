@@ -18,9 +18,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, free_port
-from test_hostile import Hostile, form
+from conftest import REPO, free_port, serve
+from test_hostile import GENERATE, TINY, Hostile, form, tiny_model_bytes
 
+from playground.settings import Settings
 from playground.store import new_token
 from playground.tabs.train.restore import UNREADABLE
 
@@ -149,6 +150,25 @@ def test_two_servers_on_one_store_carry_a_session_between_them(store):
     finally:
         one.kill()
         other.kill()
+
+
+def test_an_idle_model_makes_room_through_the_store_and_comes_back_on_its_owners_next_click(tmp_path):
+    room = 1.5 * tiny_model_bytes()  # memory for one TINY model: a second learner needs the first's room
+    settings = Settings.from_env({}, model_memory_bytes=int(room), set_aside_idle_s=0.2,
+                                 state_dir=str(tmp_path / "store"))
+    with serve(settings) as (demo, url):
+        app = Hostile(url)
+        for learner in ("first", "second"):
+            app.ok("come_back", [None], learner)  # a browser: it has a token, so its model can be kept
+        app.ok("train", form(), "first")
+        time.sleep(0.3)
+        app.ok("train", form(), "second")  # nobody refused: the first's idle model went to the store
+        assert "first" not in demo.registry and demo.registry.counts()["models"] == 1
+        time.sleep(0.3)  # (the second's model, just trained, is not set aside at once)
+        tokens, text, status = app.ok("generate", GENERATE, "first")  # its next click: the model is back
+        assert text.startswith(GENERATE[0]) and "tokens" in status
+        assert demo.registry.peek("first").trained.step == TINY["steps"]
+        assert "second" not in demo.registry  # idle now, it made room in turn
 
 
 def test_tokens_not_made_here_restore_nothing_and_touch_nothing(running_app):

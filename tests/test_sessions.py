@@ -12,6 +12,9 @@ from playground.sessions import SessionRegistry, TrainedModel
 from playground.settings import Settings
 
 
+MODEL = 1 << 20  # the bytes a test's model claims
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -32,7 +35,7 @@ class FakeTrainer:
 
 
 def test_sessions_are_created_once_and_kept_apart():
-    registry = SessionRegistry(max_sessions=4, ttl_s=60)
+    registry = SessionRegistry(memory_budget=4 * MODEL, ttl_s=60)
     a, b = registry.get("a"), registry.get("b")
     assert registry.get("a") is a and a is not b
     a.trained = TrainedModel("model-a", "tokenizer-a", "a corpus")
@@ -41,7 +44,7 @@ def test_sessions_are_created_once_and_kept_apart():
 
 
 def test_each_session_has_its_own_random_stream():
-    registry = SessionRegistry(max_sessions=4, ttl_s=60)
+    registry = SessionRegistry(memory_budget=4 * MODEL, ttl_s=60)
     a, b = registry.get("a"), registry.get("b")
     assert a.generator.initial_seed() != b.generator.initial_seed()
 
@@ -50,26 +53,26 @@ def with_trainer(trainer) -> TrainedModel:
     return TrainedModel("model", "tokenizer", "a corpus", trainer=trainer)
 
 
-def model_session(registry, key):
-    """A session that trains: it takes a model slot."""
+def model_session(registry, key, nbytes: int = None):
+    """A session that trains: it claims a model's memory (MODEL bytes unless said)."""
     session = registry.get(key)
-    registry.claim_model(session)
+    registry.claim_model(session, MODEL if nbytes is None else nbytes)
     return session
 
 
 def test_a_flood_of_sessions_without_models_evicts_no_model():
-    registry = SessionRegistry(max_sessions=2, ttl_s=60, max_light_sessions=5)
+    registry = SessionRegistry(memory_budget=2 * MODEL, ttl_s=60, max_light_sessions=5)
     model_session(registry, "learner").trained = TrainedModel("trained", "tokenizer", "a corpus")
     for i in range(100):  # e.g. /baby_gpt_walk with a new session hash each time
         registry.get(f"flood-{i}")
     assert registry.get("learner").model == "trained"
-    assert registry.counts() == {"sessions": 6, "models": 1}  # the light ones are capped at 5
+    assert registry.counts() == {"sessions": 6, "models": 1, "model_bytes": MODEL}  # the light ones are capped at 5
     registry.get("flood-0")  # a dropped light session starts afresh, with no "expired" message
 
 
 def test_a_model_evicts_only_a_model_idle_for_a_while_and_its_owner_is_told_once():
     clock = Clock()
-    registry = SessionRegistry(max_sessions=2, ttl_s=3600, evict_idle_s=300, clock=clock)
+    registry = SessionRegistry(memory_budget=2 * MODEL, ttl_s=3600, evict_idle_s=300, clock=clock)
     trainer = FakeTrainer()
     model_session(registry, "a").trained = with_trainer(trainer)
     model_session(registry, "b")
@@ -80,16 +83,67 @@ def test_a_model_evicts_only_a_model_idle_for_a_while_and_its_owner_is_told_once
     registry.get("b")  # b is in use; a has been idle for 400 s
     model_session(registry, "c")
     assert "a" not in registry and "b" in registry and trainer.stopped
-    with pytest.raises(gr.Error, match="expired.*at most 2 models"):
+    with pytest.raises(gr.Error, match="expired.*memory for models was full"):
         registry.get("a")
     assert registry.get("a").model is None  # told once; the next call starts afresh
 
 
+def test_a_model_the_store_keeps_makes_room_at_once_and_comes_back_on_its_owners_next_call():
+    clock = Clock()
+    registry = SessionRegistry(memory_budget=2 * MODEL, ttl_s=3600, evict_idle_s=600, set_aside_idle_s=30,
+                               clock=clock)
+    store, refused = {}, set()
+
+    def offload(session) -> bool:  # as the Train tab's: the store takes a model with a token
+        if session.key in refused:
+            return False
+        store[session.token] = session.trained
+        return True
+
+    def bring_back(session) -> bool:
+        registry.claim_model(session, MODEL)
+        session.trained = store.pop(session.token)
+        return True
+
+    registry.keep_aside(offload, bring_back)
+    for key in ("a", "b"):
+        session = model_session(registry, key)
+        session.token, session.trained = f"token-{key}", TrainedModel(f"model-{key}", "tokenizer", "a corpus")
+    with pytest.raises(gr.Error, match="server is full"):  # both in use a moment ago: neither goes
+        model_session(registry, "c")
+    clock.now += 40  # idle long enough to be set aside, far from the 600 s an eviction waits
+    registry.get("b")
+    model_session(registry, "c").token = "token-c"
+    assert "a" not in registry and set(store) == {"token-a"} and store["token-a"].model == "model-a"
+    clock.now += 40
+    back = registry.get("a")  # its owner's next call: the model is back, b (idle longest) made room
+    assert back.model == "model-a" and back.token == "token-a" and "b" not in registry and "token-b" in store
+    assert registry.counts()["model_bytes"] <= 2 * MODEL
+
+    later = Clock()
+    full = SessionRegistry(memory_budget=MODEL, ttl_s=3600, set_aside_idle_s=30, clock=later)  # no room to come back to
+    full.keep_aside(offload, lambda session: full.claim_model(session, MODEL) or True)
+    model_session(full, "x").token = "token-x"
+    later.now += 40
+    model_session(full, "y")  # x is set aside; y, just used and without a token, stays
+    with pytest.raises(gr.Error, match="server is full"):
+        full.get("x")
+    later.now += 700  # y idle long enough to be evicted: x's next call brings it back
+    assert full.get("x").holds_model and "y" not in full
+
+    refused.add("c")  # a store that cannot take c: c stays, and the newcomer waits for an eviction
+    clock.now += 40
+    registry.get("a")
+    with pytest.raises(gr.Error, match="server is full"):
+        model_session(registry, "d")
+    assert "c" in registry
+
+
 def test_busy_sessions_are_never_evicted():
     clock = Clock()
-    registry = SessionRegistry(max_sessions=1, ttl_s=60, evict_idle_s=0, clock=clock)
+    registry = SessionRegistry(memory_budget=1 * MODEL, ttl_s=60, evict_idle_s=0, clock=clock)
     with registry.job("a", "training") as session:
-        registry.claim_model(session)
+        registry.claim_model(session, MODEL)
         clock.now += 1000
         with pytest.raises(gr.Error, match="server is full"):
             model_session(registry, "b")
@@ -100,7 +154,7 @@ def test_busy_sessions_are_never_evicted():
 
 def test_idle_sessions_are_swept_sooner_without_a_browser():
     clock = Clock()
-    registry = SessionRegistry(max_sessions=10, ttl_s=3600, api_ttl_s=600, clock=clock)
+    registry = SessionRegistry(memory_budget=10 * MODEL, ttl_s=3600, api_ttl_s=600, clock=clock)
     freed = []
     registry.on_free(freed.append)
     trainer = FakeTrainer()
@@ -120,7 +174,7 @@ def test_idle_sessions_are_swept_sooner_without_a_browser():
 
 def test_get_sweeps_by_itself_now_and_then():
     clock = Clock()
-    registry = SessionRegistry(max_sessions=10, ttl_s=10, api_ttl_s=10, clock=clock)
+    registry = SessionRegistry(memory_budget=10 * MODEL, ttl_s=10, api_ttl_s=10, clock=clock)
     registry.get("old")
     clock.now += 100
     registry.get("new")
@@ -128,7 +182,7 @@ def test_get_sweeps_by_itself_now_and_then():
 
 
 def test_free_drops_the_session_and_stops_its_training():
-    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+    registry = SessionRegistry(memory_budget=10 * MODEL, ttl_s=60)
     freed = []
     registry.on_free(freed.append)
     trainer = FakeTrainer()
@@ -141,21 +195,21 @@ def test_free_drops_the_session_and_stops_its_training():
 
 @pytest.mark.parametrize("key", ["/etc", "../../tmp/x", "a\x00b", "é/../..", "C:\\Windows"])
 def test_files_are_named_by_a_server_id_never_by_the_client_key(key):
-    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+    registry = SessionRegistry(memory_budget=10 * MODEL, ttl_s=60)
     session = registry.get(key)
     assert session.key == key and session.id.isalnum() and len(session.id) == 32
     assert registry.get(key).id == session.id and registry.get("other").id != session.id
 
 
 def test_overlong_session_keys_are_refused():
-    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+    registry = SessionRegistry(memory_budget=10 * MODEL, ttl_s=60)
     with pytest.raises(gr.Error, match="session hash is 10,000 characters"):
         registry.get("x" * 10_000)
     assert len(registry) == 0
 
 
 def test_one_job_per_session():
-    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+    registry = SessionRegistry(memory_budget=10 * MODEL, ttl_s=60)
     with registry.job("a", "training") as session:
         assert session.busy and session.job_name == "training"
         with pytest.raises(gr.Error, match="already running training"):
@@ -169,7 +223,7 @@ def test_one_job_per_session():
 
 
 def test_job_lock_is_released_when_the_job_fails():
-    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+    registry = SessionRegistry(memory_budget=10 * MODEL, ttl_s=60)
     with pytest.raises(RuntimeError):
         with registry.job("a", "training"):
             raise RuntimeError("boom")
@@ -178,7 +232,7 @@ def test_job_lock_is_released_when_the_job_fails():
 
 
 def test_concurrent_jobs_in_one_session_admit_exactly_one():
-    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+    registry = SessionRegistry(memory_budget=10 * MODEL, ttl_s=60)
     entered, refused, release = [], [], threading.Event()
 
     def worker():
@@ -202,7 +256,7 @@ def test_concurrent_jobs_in_one_session_admit_exactly_one():
 
 
 def test_requests_without_a_session_are_refused():
-    registry = SessionRegistry(max_sessions=10, ttl_s=60)
+    registry = SessionRegistry(memory_budget=10 * MODEL, ttl_s=60)
 
     class NoSession:
         session_hash = None
@@ -223,8 +277,8 @@ def test_settings_read_the_environment_and_keyword_overrides():
 def test_settings_reject_bad_environment_values():
     with pytest.raises(ValueError, match="PLAYGROUND_MAX_LAYERS='many'"):
         Settings.from_env({"PLAYGROUND_MAX_LAYERS": "many"})
-    with pytest.raises(ValueError, match="max_sessions must be positive"):
-        Settings(max_sessions=0)
+    with pytest.raises(ValueError, match="model_memory_bytes must be positive"):
+        Settings(model_memory_bytes=0)
 
 
 def test_local_settings_lift_the_caps():

@@ -19,7 +19,7 @@ BASE = "http://192.168.1.20:7860/"
 
 @pytest.fixture(scope="module")
 def handlers():
-    return TrainHandlers(AppContext(settings=Settings(), registry=SessionRegistry(10, 600), model_changed=None,
+    return TrainHandlers(AppContext(settings=Settings(), registry=SessionRegistry(10**9, 600), model_changed=None,
                                     tabs=None))
 
 

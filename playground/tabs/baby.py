@@ -37,6 +37,7 @@ from playground import validate
 from playground.context import AppContext
 from playground.figures.baby import chain_figure, comparison_figure
 from playground.figures.training import loss_figure
+from playground.sessions import training_bytes
 
 DEFAULTS = BabyConfig()
 # The baby stays a baby on a shared server: every step is one batch of the whole sequence, and
@@ -109,7 +110,7 @@ class BabyHandlers:
         with validate.user_errors():
             run = BabyRun.start(sequence, config)
         with self.ctx.registry.job(request, "baby training") as session:
-            self.ctx.registry.claim_model(session)
+            self.ctx.registry.claim_model(session, training_bytes(sum(p.numel() for p in run.model.parameters())))
             state = session.baby = BabyState(run)
             started = time.monotonic()
             shown = started - FRAME_INTERVAL_S  # the first snapshot is shown at once

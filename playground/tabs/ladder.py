@@ -21,7 +21,7 @@ import torch
 from gradio.components.plot import PlotData
 
 from core.data import DataError, TokenData, load_shakespeare
-from core.ladder import LECTURE_MODEL, LECTURE_TRAIN, RUNGS, SCHEDULES, Ladder, LadderEvent, ladder_data
+from core.ladder import LECTURE_MODEL, LECTURE_TRAIN, RUNGS, SCHEDULES, Ladder, LadderEvent, ladder_configs, ladder_data
 from core.schedule import FairShare
 from core.model import GPT
 from core.tokenizers import Tokenizer
@@ -29,6 +29,7 @@ from playground import validate
 from playground.context import AppContext
 from playground.figures.ladder import ladder_figure
 from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
+from playground.sessions import training_bytes
 
 # 3,000 steps: every rung in about two to three minutes on a 2-core server. The lecture's constant
 # learning rate needs 10,000 for attention to pay, so the tab climbs with the short schedule.
@@ -39,6 +40,9 @@ SCHEDULE = SCHEDULES["short"]
 # (core.ladder.CURVE_POINTS); at the default steps, 200 batches would add about a third to every
 # rung's time on a shared server, 50 add 6-8% (measured on one core).
 EVAL_ITERS = 50
+# A climb holds one rung's model at a time: the largest rung's, on Tiny Shakespeare's 65 characters
+with torch.device("meta"):
+    LADDER_BYTES = training_bytes(max(GPT(ladder_configs(stage, 65)[0]).parameter_counts()["total"] for stage in RUNGS))
 JOB = "the ladder"  # the session's job while it climbs, as "already running ..." names it
 # The table's columns and their widths: the numbers never break, and on a phone the first three (the
 # rung, its loss and the lecture's) fit on the screen; the table scrolls sideways for the rest.
@@ -111,7 +115,7 @@ class LadderHandlers:
         steps, seed = self.inputs(steps, seed)
         registry, share = self.ctx.registry, self.ctx.share
         with registry.job(request, JOB) as session:
-            registry.claim_model(session)
+            registry.claim_model(session, LADDER_BYTES)
             session.ladder, session.stop_requested = None, False  # a new climb: the last one is forgotten
             if _shakespeare is None:
                 yield ("Loading Tiny Shakespeare (downloaded once, 1.1 MB, if this server has no copy)...",

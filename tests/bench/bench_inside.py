@@ -57,7 +57,7 @@ def handlers_with_model(config: GPTConfig, tokenizer, text: str) -> tab.Attentio
     """The tab's handlers (the public server's settings) over a registry holding one session with a
     random model of `config` and `text` analysed."""
     with gr.Blocks():
-        ctx = AppContext(settings=Settings.from_env({}), registry=SessionRegistry(10, 3600.0),
+        ctx = AppContext(settings=Settings.from_env({}), registry=SessionRegistry(10**9, 3600.0),
                          model_changed=gr.Textbox(), tabs=gr.Tabs())
     handlers = tab.AttentionHandlers(ctx)
     model = GPT(config, generator=torch.Generator().manual_seed(0))

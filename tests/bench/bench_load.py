@@ -4,7 +4,8 @@
     .venv/bin/python tests/bench/bench_load.py --clients 2 3 --json   # quick; also one JSON line per N
 
 For each N, measured from outside through the API (gradio_client):
-- a fresh `python -m playground` on a free port (PLAYGROUND_MAX_SESSIONS=max(60, N+5));
+- a fresh `python -m playground` on a free port, with its default memory budget for models (no count
+  of models: half the memory free at start) and a state store of its own in a temporary folder;
 - N client sessions and one "prober" session that has trained a tiny model, created first (untimed);
 - all N call /train at once with no arguments: the form's defaults, what a learner who only
   presses Train gets; meanwhile the prober times light events one at a time, ~0.5 s apart
@@ -29,6 +30,7 @@ import math
 import operator
 import os
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -85,9 +87,9 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
-def start_server(port: int, max_sessions: int) -> subprocess.Popen:
-    """`python -m playground` on `port`, returned once it answers HTTP."""
-    env = dict(os.environ, PLAYGROUND_MAX_SESSIONS=str(max_sessions))
+def start_server(port: int) -> subprocess.Popen:
+    """`python -m playground` on `port` (its state store in a temporary folder), returned once it answers HTTP."""
+    env = dict(os.environ, PLAYGROUND_STATE_DIR=tempfile.mkdtemp(prefix="bench-load-state-"))
     server = subprocess.Popen([sys.executable, "-m", "playground", "--port", str(port)], cwd=REPO, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
@@ -189,7 +191,7 @@ def probe(client: Client, stop: threading.Event, deadline: float, latencies: dic
 def measure(n: int, timeout: float) -> dict:
     """Start a server, press Train in n sessions at once, and return what was measured."""
     port = free_port()
-    server = start_server(port, max_sessions=max(60, n + 5))
+    server = start_server(port)
     url = f"http://127.0.0.1:{port}/"
     clients: list[Client] = []
     sampler = RssSampler(server.pid)

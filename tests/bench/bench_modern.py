@@ -160,7 +160,7 @@ def smollm2(threads: list[int]) -> None:
         bpe.train_from_iterator([load_shakespeare()], trainers.BpeTrainer(vocab_size=8000, show_progress=False))
         bpe.save(str(Path(folder) / "tokenizer.json"))
         with gr.Blocks():
-            ctx = AppContext(settings=Settings(smollm2_weights=folder), registry=SessionRegistry(10, 3600.0),
+            ctx = AppContext(settings=Settings(smollm2_weights=folder), registry=SessionRegistry(10**9, 3600.0),
                              model_changed=gr.Textbox(), tabs=gr.Tabs())
         started = time.perf_counter()
         ModelPicker(ctx).use_model("smollm2", "bench")

@@ -65,7 +65,7 @@ def main() -> None:
     settings = Settings(gpt2_weights=folder)
     torch.set_num_threads(settings.torch_threads)
     with gr.Blocks():
-        ctx = AppContext(settings=settings, registry=SessionRegistry(10, 3600.0), model_changed=gr.Textbox(),
+        ctx = AppContext(settings=settings, registry=SessionRegistry(10**9, 3600.0), model_changed=gr.Textbox(),
                          tabs=gr.Tabs())
     picker, attention = ModelPicker(ctx), AttentionHandlers(ctx)
 

@@ -20,7 +20,7 @@ from core.config import stage_of
 from playground import validate
 from playground.figures import note_figure
 from playground.figures.training import loss_figure
-from playground.sessions import Session, TrainedModel, model_title
+from playground.sessions import Session, TrainedModel, model_title, training_bytes
 from playground.tabs.train.form import MODEL_FIELDS, FormRules, modern_parts, switches, upload_path
 from playground.tabs.train.replay import NO_MOVIE, NO_REPLAY, NO_SCORES
 from playground.tabs.train.run import describe, progress_html
@@ -77,7 +77,7 @@ class CheckpointHandlers(FormRules):
             # and every member is read with a bound that config implies.
             model, tokenizer, meta = load_checkpoint_file(path, check_config=self.check_caps)
             resume_state = load_trainer_state(path, config=model.config, max_history=self.settings.max_iters)
-        self.registry.claim_model(session)
+        self.registry.claim_model(session, training_bytes(model.parameter_counts()["total"]))
         session.trained = TrainedModel(model.train(), tokenizer, meta.get("corpus") or source,
                                        meta.get("history", []), resume_state=resume_state)
         session.pretrained = None  # Generate and Attention follow the model just loaded, not GPT-2

@@ -65,6 +65,8 @@ def build(ctx: AppContext) -> TrainHandlers:
     s = ctx.settings
     handlers = TrainHandlers(ctx)
     ctx.registry.on_free(handlers.free)
+    if ctx.store is not None:  # an idle model may leave memory for the store and come back on its owner's next call
+        ctx.registry.keep_aside(handlers.set_aside, handlers.bring_back)
     start = handlers.default_form()
     form: dict[str, gr.Component] = {}  # TrainForm's fields, by name
     shown: dict[str, gr.Component] = {}  # what handlers set by name besides the form

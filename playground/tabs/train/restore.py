@@ -54,13 +54,33 @@ class RestoreHandlers(CheckpointHandlers):
         store, token = self.ctx.store, session.token
         if store is None or token is None:  # memory only, or a client without a browser (the API)
             return lambda: None
-        values = kept_form(form, recipe)
+        values = session.kept_form = kept_form(form, recipe)
 
         def keep() -> None:
             trained = session.trained
             meta = {**checkpoint_meta(trained), "form": values}
             store.writer.submit(token, encode(trained.model, trained.tokenizer, meta, trained.training_state()))
         return keep
+
+    def set_aside(self, session: Session) -> bool:
+        """Keep an idle session's model in the store so the registry may drop it from memory (its
+        `on_offload`); False when the store cannot take it (then it stays, or goes the old way)."""
+        store, trained = self.ctx.store, session.trained
+        if store is None or not store.working or session.token is None or trained is None or session.busy:
+            return False
+        meta = {**checkpoint_meta(trained), "form": session.kept_form}
+        store.writer.submit(session.token, encode(trained.model, trained.tokenizer, meta, trained.training_state()))
+        return store.writer.flush() and store.working  # on disk before it leaves memory
+
+    def bring_back(self, session: Session) -> bool:
+        """A set-aside model back into a new session of its owner (its `on_return`): whether it came."""
+        with tempfile.TemporaryDirectory(prefix="return-") as folder:
+            archive = self.ctx.store.fetch(session.token, Path(folder))
+            if archive is None:
+                return False
+            with self.registry.job(session.key, "bringing your model back"):
+                session.kept_form = self._adopt(session, str(archive), "your earlier model").get("form")
+        return True  # the page still shows its form and chart: only the model was away
 
     def come_back(self, kept, request: gr.Request) -> dict[str, Any]:
         """At page load: the browser's token (a fresh one if it has none or an unreadable one) and, when
@@ -83,6 +103,7 @@ class RestoreHandlers(CheckpointHandlers):
             if archive is None:
                 return {"status": EVICTED if store.evicted(token) else gr.skip()}
             meta = self._adopt(session, str(archive), "your earlier model")
+            session.kept_form = meta.get("form")
         form = self._checked_form(meta.get("form"))
         status = (f"Welcome back: your model is here as you left it, at step {session.trained.step}, and Generate "
                   "and Attention read it.")

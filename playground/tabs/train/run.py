@@ -31,7 +31,7 @@ from playground import validate
 from playground.figures.attention import live_heatmap
 from playground.figures.training import loss_figure, note_plot
 from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
-from playground.sessions import Session, TrainedModel
+from playground.sessions import Session, TrainedModel, training_bytes
 from playground.tabs.train import compare
 from playground.tabs.train.form import (
     BREAK_IT, MODEL_FIELDS, NORM_CHOICES, FormRules, Recipe, TrainForm, takes_the_form,
@@ -159,8 +159,8 @@ class RunHandlers(FormRules):
         if trained is not None:
             config = trained.model.config
         else:
-            self.check_size(config)
-            self.registry.claim_model(session)
+            shell = self.check_size(config)
+            self.registry.claim_model(session, training_bytes(shell.parameter_counts()["total"]))
         with validate.user_errors():
             data = self._tokens(recipe, text, fresh, config.block_size)
             # a new model's weights come from the form's seed, like its batches: same seed, same run
