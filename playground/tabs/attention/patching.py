@@ -22,7 +22,8 @@ PAIRS = [
     # The copy task: the earlier copy's letter after "e" changed, so an induction head copies q, not f.
     ("abcdefg|abcde", "abcdeqg|abcde"),
     # GPT-2 and SmolLM2: the indirect-object sentence (Wang et al. 2022) with the second name swapped, so
-    # the answer flips from " Mary" to " John". Both names are one token in both vocabularies.
+    # the answer flips from " Mary" to " John". In GPT-2's vocabulary both texts have 14 tokens (a test checks they
+    # match); a model whose tokenizer splits them unevenly keeps the copy pair (`fitting_pair`) or its own texts.
     ("When Mary and John went to the store, John gave a drink to",
      "When Mary and John went to the store, Mary gave a drink to"),
 ]
