@@ -81,6 +81,5 @@ def build(ctx: AppContext, tab_id: str) -> gr.Radio:
     # Loading a pretrained model the first time takes seconds: it waits in line with the analyses, not the
     # cheap events.
     choice.input(handlers.use_model, choice, [choice, note, ctx.model_changed], **api, **ctx.heavy("attention"))
-    ctx.model_changed.change(handlers.follow, None, [choice, note], api_name=f"{tab_id}_model_follow",
-                             api_visibility="private", **ctx.cheap())
+    ctx.follow_model(handlers.follow, [], [choice, note])
     return choice

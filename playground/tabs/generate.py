@@ -138,9 +138,10 @@ class GenerateHandlers:
             return gr.skip(), gr.skip()
         return session.last_text, _done(session.last_steps)
 
-    @staticmethod
-    def model_info(description: str) -> str:
-        """The Train tab's one-line model description, or what to do when there is no model."""
+    def model_info(self, request: gr.Request) -> str:
+        """One line about the model the tab reads, or what to do when there is none."""
+        session = self.registry.peek(request)
+        description = "" if session is None else model_picker.ModelPicker.described(session)
         return f"**Model:** {description}" if description else NO_MODEL
 
 
@@ -341,5 +342,5 @@ def build(ctx: AppContext) -> GenerateHandlers:
     token_index.submit(handlers.inspect_token, token_index, [alternatives, token_info], api_name="inspect_token",
                        **cheap).success(handlers.show_token, token_index, shown, **private)
     tokens.select(handlers.select_token, None, shown, **private)
-    ctx.model_changed.change(handlers.model_info, ctx.model_changed, model_info, **private)
+    ctx.follow_model(handlers.model_info, [], [model_info])
     return handlers

@@ -267,9 +267,8 @@ def build(ctx: AppContext, handlers: Handlers) -> tuple[Page, Dependency]:
           **ctx.cheap())
     gr.on([layer.input, query.input], handlers.show_query, [layer, query], view, api_name="attention_query",
           **ctx.cheap())
-    # UI-only events: a table click and the Train tab's signal carry nothing an API caller needs
+    # UI-only: a table click carries nothing an API caller needs
     head_picked = table.select(handlers.select_head, None, [layer, head, large], api_name="attention_select",
                                api_visibility="private", **ctx.cheap())
-    ctx.model_changed.change(handlers.model_changed, None, status, api_name="attention_model_changed",
-                             api_visibility="private", **ctx.cheap())
+    ctx.follow_model(handlers.model_changed, [], [status])
     return Page(layer, head, query, head_picked), analysed
