@@ -101,4 +101,7 @@ def test_two_runs_compare_side_by_side_and_the_movie_downloads(open_page):  # no
     page.locator("#compare-table").filter(has_not_text="Run 1").wait_for()
     page.locator("#movie-gif-button").click()
     page.locator("#movie-gif").filter(has_text=".gif").wait_for()
+    stem = page.locator("#movie-gif .stem")  # the name without ".gif": whole, not cut down to ".g" or "..."
+    assert stem.inner_text() == "attention-movie-step60" and stem.evaluate("e => e.scrollWidth <= e.clientWidth")
+    page.locator("#movie").screenshot(path=str(SCREENSHOTS / "movie-gif-desktop.png"))
     assert_no_errors(page)

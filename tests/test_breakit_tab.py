@@ -72,7 +72,7 @@ def test_a_run_records_its_attention_and_replays_any_frame(train, ctx):
     steps = [frame.step for frame in movie.frames]
     assert len(steps) >= 5 and steps == sorted(set(steps)) and steps[-1] == 30  # the last step has its frame
     note, scores = updates[-1][6], updates[-1][7]
-    assert f"{len(steps)} snapshots" in note and "of at most 2 MiB" in note
+    assert f"{len(steps)} snapshots of steps {steps[0]}–30 (at most one every step;" in note and "of at most 2 MiB" in note
     assert len(plotted(scores).data) == 2 * len(SCORED)  # the strongest heads of each pattern: both heads here
     figure = plotted(train.replay(steps[2] + 0.5, "a"))  # between two snapshots: the one before
     assert f"at step {steps[2]}" in figure.layout.title.text and figure.data

@@ -175,11 +175,10 @@ def build(ctx: AppContext) -> TrainHandlers:
                     playing, ticks = gr.State(False), gr.Timer(PLAY_INTERVAL_S, active=False)
                     movie_note = gr.Markdown(NO_MOVIE, elem_id="movie-note")
                     movie_plot = gr.Plot(note_figure(NO_REPLAY), label="Replay", elem_id="movie-frame")
-                    with gr.Row(equal_height=False):
-                        gif_btn = gr.Button("Download the movie (GIF)", size="sm", elem_id="movie-gif-button",
-                                            min_width=160)
-                        gif_file = gr.File(label="Attention movie (GIF)", interactive=False, elem_id="movie-gif",
-                                           min_width=160, visible=False)
+                    gif_btn = gr.Button("Download the movie (GIF)", size="sm", elem_id="movie-gif-button")
+                    # under the button, the column's whole width: beside it, the file's name shrank to ".g"
+                    gif_file = gr.File(label="Attention movie (GIF)", interactive=False, elem_id="movie-gif",
+                                       visible=False)
             sample = gr.Textbox(label="Live sample (the model writing, refreshed as it learns)", lines=4,
                                 interactive=False, elem_id="live-sample", elem_classes="mono")
             with gr.Accordion("Compare runs", open=False, elem_id="compare"):
