@@ -13,9 +13,9 @@ from test_train_browser import browser_session, open_page, wait_for  # noqa: F40
 pytestmark = pytest.mark.browser
 TRAININGS = 10
 STEPS = 3  # a run of a few steps still changes the model twice (when it starts, when it ends)
-QUIET_S = 0.6  # settled: no call for this long (a looping page called every 0.05 to 0.3 s)
+QUIET_S = 0.5  # settled: no call for this long (a looping page called every 0.05 to 0.3 s)
 SETTLE_S = 8.0  # the run's follow-up events (the pickers, the notes, the replay, Compare) end well within this
-IDLE_S = 3.0  # after the last run, the page is watched this long: not one call
+IDLE_S = 2.0  # after the last run, the page is watched this long: not one call
 # The placeholder sentences of the page's visible figures that stick out of their figure.
 CUT_OFF_NOTES = """() => [...document.querySelectorAll('.js-plotly-plot')].filter(plot => plot.offsetParent).flatMap(plot => {
     const figure = plot.querySelector('.main-svg').getBoundingClientRect();
