@@ -56,7 +56,8 @@ class AppContext:
     # The pretrained models every session may read, by CATALOGUE key (made from the settings if None).
     pretrained: dict[str, SharedPretrained] | None = None
     # (fn, inputs, outputs) of what follows `model_changed`, in the order the tabs asked (`follow_model`)
-    followers: list[tuple[Callable[..., Any], list[gr.Component], list[gr.Component]]] = field(default_factory=list)
+    followers: list[tuple[Callable[..., Any], list[gr.Component], list[gr.Component]]] = field(
+        default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         if self.pretrained is None:
@@ -86,7 +87,8 @@ class AppContext:
         One event, not one per follower: a change that comes while its listener still runs is deferred by
         Gradio's page, which then sends the change again to every listener of it. With several listeners,
         each one ending while another ran re-sent it to the others, and they kept each other going a few
-        times a second for as long as the page stayed open (issue 30)."""
+        times a second for as long as the page stayed open (issue 30). One listener runs once per change
+        (once more if a change came while it ran), and a change costs the server one call, not six."""
         followers = list(self.followers)
 
         def follow_model(request: gr.Request, *values: Any) -> list:
