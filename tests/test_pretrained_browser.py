@@ -1,6 +1,6 @@
 """GPT-2 and SmolLM2 on the Attention tab in headless Chromium: pick one, analyse a text, see every head,
 patch the names pair; the Generate tab's picker follows. Both are tiny random models in temporary folders (offline); a server
-without SmolLM2's weights says so at once. Screenshots go to tests/screenshots/ for a person to look at.
+without the weights says so at once, and keeps saying it. Screenshots go to tests/screenshots/ for a person to look at.
 """
 
 import pytest
