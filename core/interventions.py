@@ -63,8 +63,8 @@ def _evaluating(model: GPT) -> Iterator[None]:
 class HeadSteps:
     """One head's attention for one query token, step by step, in the model's own numbers.
     T tokens, D the head size; the query sees keys 0..query. A model built without the scaling or
-    the mask (GPTConfig.scale_attention, .causal) skips that step here too: `weights` are always
-    the model's own."""
+    the mask (GPTConfig.scale_attention, .causal) skips that step here too (`scaled` equals `scores`,
+    nothing is masked after the query): `weights` are always the model's own."""
 
     layer: int
     head: int
@@ -85,6 +85,10 @@ class HeadSteps:
     q_unrotated: torch.Tensor | None = None  # (D,)
     k_unrotated: torch.Tensor | None = None  # (T, D)
     alibi: torch.Tensor | None = None  # (T,) with ALiBi: the penalty -slope * distance added to `scaled`
+    # How the model was built (its GPTConfig's fields): what the steps above did and did not do.
+    scale_attention: bool = True  # the scores were divided by sqrt(D)
+    causal: bool = True  # the keys after the query were masked
+    position: str = "learned"  # where positions came from (GPTConfig.position): learned, none, rope, alibi
 
     @property
     def alibi_slope(self) -> float | None:
@@ -155,6 +159,7 @@ def head_steps(model: GPT, ids: list[int], layer: int, head: int, query: int) ->
         q_unrotated=unrotated["q"][0, head, query].cpu() if rotary else None,
         k_unrotated=unrotated["k"][0, kv_head].cpu() if rotary else None,
         alibi=alibi if model.config.position == "alibi" else None,
+        scale_attention=model.config.scale_attention, causal=model.config.causal, position=model.config.position,
     )
 
 

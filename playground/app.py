@@ -83,6 +83,7 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
                     module.build(ctx)
                 # A message belongs to the tab it came from: switching tabs closes it (in the browser).
                 tab.select(None, js=CLOSE_MESSAGES)
+            ctx.wire_followers()
         # An open page has a heartbeat: its model may stay while the tab is open, and a closed tab
         # frees it now rather than when the sweep finds it.
         demo.load(_browser_marker(registry), None, None, api_visibility="private", **AppContext.cheap())

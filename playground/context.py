@@ -18,9 +18,10 @@ where each browser's model is kept across restarts (`playground.store`).
 Shared components:
 - `model_changed`: a hidden Textbox the Train tab sets to a new value whenever the session's model
   is replaced, trained further, reset or loaded from a checkpoint, and the model pickers of Generate
-  and Attention when the session switches between its model and GPT-2. Tabs that show something
-  derived from the model listen with `ctx.model_changed.change(...)`. Its value is a short
-  description of what Generate and Attention read (empty when there is nothing).
+  and Attention when the session switches between its model and GPT-2. Its value is a short
+  description of what Generate and Attention read (empty when there is nothing). Tabs that show
+  something derived from the model follow it with `ctx.follow_model(fn, inputs, outputs)`, never
+  with a `.change` listener of their own (see `follow_model`).
 - `demo`: the `gr.Blocks` being built, e.g. for `ctx.demo.load(fn, inputs, outputs)`.
 - `tabs`: the `gr.Tabs`, so a button can switch tab (`gr.Tabs(selected="attention")`); tab ids are
   "train", "generate", "attention", "ladder", "baby".
@@ -30,7 +31,9 @@ Never imports a tab: tabs receive the context, the context knows no tab.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import gradio as gr
 
@@ -55,6 +58,9 @@ class AppContext:
     store: StateStore | None = None  # where models outlive the process (playground.store); None: memory only
     # The pretrained models every session may read, by CATALOGUE key (made from the settings if None).
     pretrained: dict[str, SharedPretrained] | None = None
+    # (fn, inputs, outputs) of what follows `model_changed`, in the order the tabs asked (`follow_model`)
+    followers: list[tuple[Callable[..., Any], list[gr.Component], list[gr.Component]]] = field(
+        default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         if self.pretrained is None:
@@ -72,3 +78,31 @@ class AppContext:
         """Event keyword arguments for cheap events (stop, previews, counts): no limit, own id,
         so they never wait in line behind a training."""
         return dict(concurrency_id="cheap", concurrency_limit=None)
+
+    def follow_model(self, fn: Callable[..., Any], inputs: list[gr.Component], outputs: list[gr.Component]) -> None:
+        """Have `fn(*values of inputs, request)` set `outputs` (a tuple for several, gr.skip() for none)
+        each time `model_changed` changes. `wire_followers` runs them all as one event."""
+        self.followers.append((fn, list(inputs), list(outputs)))
+
+    def wire_followers(self) -> None:
+        """The one `model_changed.change` event, running every follower in turn (once every tab is built).
+
+        One event, not one per follower: a change that comes while its listener still runs is deferred by
+        Gradio's page, which then sends the change again to every listener of it. With several listeners,
+        each one ending while another ran re-sent it to the others, and they kept each other going a few
+        times a second for as long as the page stayed open (issue 30). One listener runs once per change
+        (once more if a change came while it ran), and a change costs the server one call, not six."""
+        followers = list(self.followers)
+
+        def follow_model(request: gr.Request, *values: Any) -> list:
+            shown, start = [], 0
+            for fn, inputs, outputs in followers:
+                result = fn(*values[start:start + len(inputs)], request)
+                start += len(inputs)
+                shown.extend(result if len(outputs) > 1 else [result])
+            return shown
+
+        self.model_changed.change(
+            follow_model, [c for _, inputs, _ in followers for c in inputs],
+            [c for _, _, outputs in followers for c in outputs], api_name="model_follow", api_visibility="private",
+            show_progress="hidden", **self.cheap())  # no spinner over a picker: it is not being chosen

@@ -4,8 +4,9 @@
     build(ctx, "generate")         # inside the tab's layout: the radio, its note, and their events
 
 Choosing sets `session.pretrained` and `ctx.model_changed` to a description of what the tabs now
-read, so every tab (and the other tab's picker) follows. When a pretrained model cannot be had, the
-picker goes back to "Your model" and its note says why, and what the learner can do meanwhile.
+read, so every tab (and the other tab's picker) follows. When a pretrained model cannot be had, nothing
+changes: the picker goes back to what the session reads, and its note says why, what the learner can do
+meanwhile and, apart, how the server's operator provides the weights; it stays until the model changes.
 
 Imports the context and the shared pretrained models (`playground.pretrained`). Never imports a tab.
 """
@@ -16,7 +17,7 @@ import gradio as gr
 
 from playground import validate
 from playground.context import AppContext
-from playground.pretrained import CATALOGUE, describe, read_only_note, reading
+from playground.pretrained import CATALOGUE, Kind, describe, read_only_note, reading
 from playground.sessions import Session
 
 YOURS = "yours"
@@ -29,9 +30,10 @@ class ModelPicker:
     def __init__(self, ctx: AppContext) -> None:
         self.ctx = ctx
 
-    def use_model(self, choice, request: gr.Request) -> tuple[str, str, str]:
+    def use_model(self, choice, request: gr.Request) -> tuple:
         """(the picker's value, the note under it, ctx.model_changed's new value). When a pretrained model
-        cannot be had, the picker goes back to "yours" with the reason in the note: it must show what is read."""
+        cannot be had, the picker goes back to what is read, the reason in the note, and ctx.model_changed
+        stays as it is: nothing changed, and its followers would wipe the note."""
         choice = validate.choice(choice, "Model", [value for _, value in CHOICES])
         session = self.ctx.registry.get(request)
         if choice == YOURS:
@@ -42,7 +44,8 @@ class ModelPicker:
             pretrained = self.ctx.pretrained[choice].get()
         except gr.Error as error:
             gr.Warning(error.message)
-            return YOURS, f"⚠️ {error.message}", self.described(session)  # nothing loaded: none was read
+            read = YOURS if session.pretrained is None else session.pretrained.source
+            return read, unavailable_note(kind, error.message, session), gr.skip()
         if session.pretrained is None:
             # It holds no weights of its own, but its analyses are the largest a session keeps (144 heads):
             # their memory is claimed like a model's, so a flood of sessions cannot fill the memory with them.
@@ -69,6 +72,15 @@ class ModelPicker:
         return "" if session.trained is None else session.trained.describe()
 
 
+def unavailable_note(kind: Kind, why: str, session: Session) -> str:
+    """Under the picker when `kind` cannot be had: `why`, what the learner can do now, and apart, for the
+    server's operator, how to provide the weights."""
+    reads = "your own model" if session.pretrained is None else CATALOGUE[session.pretrained.source].title
+    return (f"⚠️ **{kind.title} cannot be read here.** {why} Generate and Attention still read {reads}: the "
+            "**Train** tab trains a model of your own in seconds, and everything on these tabs works on it.\n\n"
+            f"*For whoever runs this server:* {kind.local_advice()}")
+
+
 def build(ctx: AppContext, tab_id: str) -> gr.Radio:
     """The "Model" picker at the top of a tab (`tab_id` "generate" or "attention"): the same handlers on
     both tabs, public as /use_model on Generate's."""
@@ -83,6 +95,5 @@ def build(ctx: AppContext, tab_id: str) -> gr.Radio:
     # Loading a pretrained model the first time takes seconds: it waits in line with the analyses, not the
     # cheap events.
     choice.input(handlers.use_model, choice, [choice, note, ctx.model_changed], **api, **ctx.heavy("attention"))
-    ctx.model_changed.change(handlers.follow, None, [choice, note], api_name=f"{tab_id}_model_follow",
-                             api_visibility="private", **ctx.cheap())
+    ctx.follow_model(handlers.follow, [], [choice, note])
     return choice

@@ -56,7 +56,7 @@ class Kind:
     def local_advice(self) -> str:
         """How an operator gives the server a local copy (the only way offline)."""
         folder, files = "/path/to/folder", " ".join(self.files)
-        return (f"To use a local copy, start the app with {ENV_PREFIX}{self.setting.upper()}={folder}: a folder "
+        return (f"To use a local copy, start the app with `{ENV_PREFIX}{self.setting.upper()}={folder}`: a folder "
                 f"holding {', '.join(self.files)}, e.g. made with "
                 f"`huggingface-cli download {self.repo} {files} --local-dir {folder}`.")
 
@@ -72,7 +72,8 @@ log = logging.getLogger("playground")
 
 class SharedPretrained:
     """The server's one copy of a pretrained model's weights, loaded on first use (thread-safe); `get()`
-    gives it or raises gr.Error saying why it cannot be had (the operator's advice goes to the log)."""
+    gives it or raises gr.Error saying why it cannot be had (the details go to the log; how to provide the
+    weights is `Kind.local_advice`)."""
 
     def __init__(self, kind: Kind, weights: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.kind = kind
@@ -96,7 +97,7 @@ class SharedPretrained:
                 why = ("it could not be downloaded from the Hugging Face Hub (is this server offline?)"
                        if isinstance(error, PretrainedUnavailable) else
                        f"its files are not a {self.kind.title} this app can run")
-                message = f"{self.kind.title}'s weights are not available on this server: {why}. {self.kind.local_advice()}"
+                message = f"{self.kind.title}'s weights are not available on this server: {why}."
                 self._failed = (self._clock(), message)
                 raise gr.Error(message, print_exception=False) from None
             self._failed = None

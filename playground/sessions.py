@@ -55,7 +55,7 @@ import gradio as gr
 import torch
 
 from core.config import GPTConfig, stage_of
-from core.runs import RunLog
+from core.runs import COMPARED, RunLog
 
 SWEEP_EVERY_S = 30.0  # sweeping is O(sessions); no need to do it on every request
 EXPIRED_MEMORY = 1000  # how many expired session keys we remember, to tell their owners
@@ -84,6 +84,22 @@ def model_title(config: GPTConfig) -> str:
     return f"a {config.n_layer}-layer model with {heads}"
 
 
+def missing_parts(config: GPTConfig) -> list[str]:
+    """What a model with attention was built without (the Train tab's break-it switches, off), named as
+    Compare names them: "causal mask", "√d scaling", "positions". None for a model without attention: its
+    title says what it is."""
+    if not config.use_attention:
+        return []
+    off = {"causal": not config.causal, "scale_attention": not config.scale_attention,
+           "position": not config.use_position_embedding}
+    return [COMPARED[name] for name, missing in off.items() if missing]
+
+
+def listed(words: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join(filter(None, [", ".join(words[:-1]), words[-1]])) if words else ""
+
+
 @dataclass
 class TrainedModel:
     """A session's GPT and what came with it: the Train tab makes it (training, or a loaded
@@ -110,9 +126,10 @@ class TrainedModel:
 
     def describe(self) -> str:
         """One line about the model, shown by other tabs."""
-        c, title = self.model.config, model_title(self.model.config)
+        c, title, missing = self.model.config, model_title(self.model.config), missing_parts(self.model.config)
+        built = f", built without {listed(['the ' + part for part in missing])}" if missing else ""
         return (f"{title[0].upper()}{title[1:]}, {c.n_embd} channels, context {c.block_size}, "
-                f"vocabulary {c.vocab_size:,}; trained {self.step} steps on {self.corpus_name}.")
+                f"vocabulary {c.vocab_size:,}{built}; trained {self.step} steps on {self.corpus_name}.")
 
     def training_state(self) -> dict | None:
         """What Train continues from: the live trainer's state, or an uploaded checkpoint's (or None)."""

@@ -6,7 +6,7 @@ go to tests/screenshots/ (git-ignored) for a person to look at."""
 import pytest
 from conftest import SCREENSHOTS, api_client
 
-from test_browser import assert_no_errors, set_number, wait_until_fits
+from test_browser import assert_no_errors, open_tab, set_number, wait_until_fits
 from test_train_browser import open_page  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.browser
@@ -40,6 +40,24 @@ def test_no_mask_trains_and_its_attention_replays(open_page):  # noqa: F811
     wait_until_fits(page, "#movie-frame .main-svg", PHONE["width"])
     page.locator("#movie-step").scroll_into_view_if_needed()
     page.screenshot(path=str(SCREENSHOTS / "breakit-no-mask-phone.png"), full_page=True)
+    # Every note that describes the model says it has no mask, and why its scores are so good (issue 30).
+    assert "Built without the causal mask." in page.locator("#train-progress").inner_text()
+    open_tab(page, "Generate")
+    page.locator("#generate-model-info").filter(has_text="built without the causal mask").wait_for()
+    assert "expect garbage" in page.locator("#generate-model-info").inner_text()
+    page.screenshot(path=str(SCREENSHOTS / "breakit-no-mask-generate-phone.png"))
+    open_tab(page, "Attention")
+    page.locator("#attention-text textarea").fill("qwhzbkad|qwhzbkad")
+    page.locator("#attention-run").click()
+    page.locator("#attention-status").get_by_text("17 tokens", exact=True).wait_for()
+    page.locator("#steps-section").get_by_text("Inside one head: step by step", exact=True).click()
+    page.locator("#steps-run").click()
+    note = page.locator("#steps-note").filter(has_text="nothing hides the keys after the query")
+    note.wait_for()
+    assert "get -∞ (the mask)" not in note.inner_text()
+    assert "+ mask" not in page.locator("#steps-table .xtick text").all_text_contents()
+    page.locator("#steps-table").scroll_into_view_if_needed()
+    page.screenshot(path=str(SCREENSHOTS / "breakit-no-mask-steps-phone.png"), full_page=True)
     assert_no_errors(page)
 
 
@@ -83,4 +101,7 @@ def test_two_runs_compare_side_by_side_and_the_movie_downloads(open_page):  # no
     page.locator("#compare-table").filter(has_not_text="Run 1").wait_for()
     page.locator("#movie-gif-button").click()
     page.locator("#movie-gif").filter(has_text=".gif").wait_for()
+    stem = page.locator("#movie-gif .stem")  # the name without ".gif": whole, not cut down to ".g" or "..."
+    assert stem.inner_text() == "attention-movie-step60" and stem.evaluate("e => e.scrollWidth <= e.clientWidth")
+    page.locator("#movie").screenshot(path=str(SCREENSHOTS / "movie-gif-desktop.png"))
     assert_no_errors(page)

@@ -9,6 +9,8 @@ import torch
 
 from conftest import plotted
 from core.movie import SCORED, AttentionMovie, induction_onset
+from playground.tabs.attention import AttentionHandlers
+from playground.tabs.generate import GenerateHandlers
 from playground.tabs.train import replay as train_tab
 from playground.tabs.train.form import BREAK_IT, TrainForm
 from test_app_handlers import FORM, ctx, run_train, train  # noqa: F401 (ctx and train are fixtures)
@@ -70,7 +72,7 @@ def test_a_run_records_its_attention_and_replays_any_frame(train, ctx):
     steps = [frame.step for frame in movie.frames]
     assert len(steps) >= 5 and steps == sorted(set(steps)) and steps[-1] == 30  # the last step has its frame
     note, scores = updates[-1][6], updates[-1][7]
-    assert f"{len(steps)} snapshots" in note and "of at most 2 MiB" in note
+    assert f"{len(steps)} snapshots of steps {steps[0]}–30 (at most one every step;" in note and "of at most 2 MiB" in note
     assert len(plotted(scores).data) == 2 * len(SCORED)  # the strongest heads of each pattern: both heads here
     figure = plotted(train.replay(steps[2] + 0.5, "a"))  # between two snapshots: the one before
     assert f"at step {steps[2]}" in figure.layout.title.text and figure.data
@@ -200,3 +202,39 @@ def test_the_movie_downloads_as_a_gif_and_a_loaded_checkpoint_clears_the_replay(
     assert shown["movie_note"] == train_tab.NO_MOVIE  # not the old model's movie any more
     assert train_tab.NO_REPLAY in plotted(shown["movie_plot"]).layout.annotations[0].text
     assert train_tab.NO_SCORES in plotted(shown["head_scores"]).layout.annotations[0].text
+
+
+# ---------------------------------------------------------------- the notes that describe the model
+
+BUILT_WITHOUT = {"causal": "the causal mask", "scale_attention": "the √d scaling", "use_position_embedding": "the positions"}
+
+
+@pytest.mark.parametrize("switch", [None, *BREAK_IT])
+def test_every_note_that_describes_the_model_matches_how_it_was_built(train, ctx, switch):
+    """Issue 30: with a break-it switch off, the progress line, Generate's model line and the step-by-step note
+    each describe the model as it was built (mask, scaling, positions); with every switch on, the full model."""
+    updates = run_train(train, steps=5, **({switch: False} if switch else {}))
+    progress, info = updates[-1][1], GenerateHandlers(ctx).model_info("a")
+    attention = AttentionHandlers(ctx)
+    attention.analyse("mynbiqpm|mynbiqpm", "a")
+    note, table, _ = attention.head_steps(0, 1, 4, True, True, "a")  # query #4 of 17 tokens: later ones exist
+    headers, steps = list(table.data[0].x), attention.ctx.registry.get("a").attention.results["steps"]
+    if switch is None:
+        assert "Built without" not in progress and "built without" not in info
+    else:
+        assert f"Built without {BUILT_WITHOUT[switch]}." in progress and f"built without {BUILT_WITHOUT[switch]};" in info
+    masked = switch != "causal"
+    assert ("keys after the query get -∞ (the mask)" in note) == masked and ("+ mask" in headers) == masked
+    assert ("nothing hides the keys after the query" in note) != masked
+    assert ("**Without the mask** is how this model already works" in note) != masked
+    assert (steps.weights[5:].sum() == 0) == masked  # the table's softmax: nothing on later tokens, or some
+    assert (f"too, {steps.weights[5:].sum().item():.3f} of its weight is on them" in note) != masked
+    # "100% right" beside a garbage sample: the progress line and Generate say why
+    assert ("score copying, not predicting" in progress) != masked and ("expect garbage" in info) != masked
+    scaled = switch != "scale_attention"
+    assert ("divided by √d = " in note) == scaled and ("÷√8" in headers) == scaled
+    assert ("**not** divided by √d" in note) != scaled
+    assert ("**Without ÷√d** is how this model already works" in note) != scaled
+    positioned = switch != "use_position_embedding"
+    assert ("**Positions:** each token's vector had its position's learned embedding" in note) == positioned
+    assert ("**No positions**" in note) != positioned

@@ -3,6 +3,7 @@
 One app serves every test (the `running_app` fixture); each Client is its own session.
 """
 
+import collections
 import concurrent.futures
 import json
 import time
@@ -215,3 +216,17 @@ def test_cheap_events_do_not_wait_behind_training(url, registry):
                 job.result(timeout=60)
             except AppError:
                 pass
+
+
+def test_no_change_has_two_listeners_that_the_page_defers(running_app):
+    """Issue 30: Gradio's page defers a change that comes while its listener still runs ("always_last", the
+    default of .change), then sends that change again to every listener of it; two such listeners of one
+    change kept each other going for as long as the page stayed open. So each trigger has at most one, and
+    the model's change has one listener in all (it runs every follower)."""
+    demo = running_app[0]
+    deferred = collections.Counter(target for fn in demo.fns.values() if fn.trigger_mode == "always_last"
+                                   for target in fn.targets)
+    assert [target for target, count in deferred.items() if count > 1] == []
+    model_changed = next(block._id for block in demo.blocks.values() if block.elem_id == "model-changed")
+    listeners = [fn.api_name for fn in demo.fns.values() if (model_changed, "change") in fn.targets]
+    assert listeners == ["model_follow"]

@@ -75,7 +75,9 @@ def test_computed_positions_read_past_the_trained_length_and_the_status_says_wha
     for session, parts, expected in (("r", dict(position="rope"), "RoPE turns them by angles"),
                                      ("l", dict(position="alibi"), "ALiBi was made"),
                                      ("w", dict(position="rope", window=6), "still see only the last 6 keys"),
-                                     ("n", dict(use_position_embedding=False), "only the mask orders the tokens")):
+                                     ("n", dict(use_position_embedding=False), "only the mask orders the tokens"),
+                                     ("nm", dict(use_position_embedding=False, causal=False),
+                                      "neither positions nor a causal mask, so nothing orders the tokens")):
         run_train(train, session, **parts)
         status, *_ = attention.analyse(text, session)
         assert "**35 tokens**" in status and "Kept the first" not in status

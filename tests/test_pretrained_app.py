@@ -177,11 +177,16 @@ def test_unavailable_weights_say_how_to_use_a_local_folder(monkeypatch, tmp_path
         ctx = make_ctx(weights)
         warnings = []
         monkeypatch.setattr(gr, "Warning", warnings.append)
-        choice, note, described = ModelPicker(ctx).use_model(GPT2, "alice")
-        assert choice == YOURS and described == ""
-        assert "not available on this server" in note and "PLAYGROUND_GPT2_WEIGHTS=/path/to/folder" in note
-        assert "config.json" in note and "model.safetensors" in note
-        assert warnings and "PLAYGROUND_GPT2_WEIGHTS" in warnings[0]
+        choice, note, changed = ModelPicker(ctx).use_model(GPT2, "alice")
+        # nothing changed: the picker shows what is read, and model_changed stays (its followers would wipe the note)
+        assert choice == YOURS and changed == gr.skip()
+        learner, operator = note.split("\n\n")  # what the learner can do; apart, how the operator provides it
+        assert "not available on this server" in learner and "still read your own model" in learner
+        assert "**Train** tab" in learner and "PLAYGROUND" not in learner
+        assert operator.startswith("*For whoever runs this server:*")
+        assert "PLAYGROUND_GPT2_WEIGHTS=/path/to/folder" in operator
+        assert "config.json" in operator and "model.safetensors" in operator
+        assert warnings and "not available on this server" in warnings[0] and "PLAYGROUND" not in warnings[0]
         assert ctx.registry.get("alice").pretrained is None
 
 
@@ -277,15 +282,19 @@ def test_the_picker_switches_between_yours_gpt2_and_smollm2(both):
     assert both.pretrained["smollm2"].get() is both.pretrained["smollm2"].get()  # one copy
 
 
-def test_smollm2_offline_says_so_at_once_and_how_to_provide_it(monkeypatch, tmp_path):
+def test_smollm2_offline_says_so_at_once_and_how_to_provide_it(monkeypatch, tmp_path, tiny_gpt2_folder):
     import time
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
-    ctx = make_ctx("gpt2")  # SmolLM2 at its default: the Hub's repo id, which an offline server cannot reach
+    ctx = make_ctx(tiny_gpt2_folder)  # SmolLM2 at its default: the Hub's repo id, which an offline server cannot reach
     monkeypatch.setattr(gr, "Warning", lambda message: None)
+    picker = ModelPicker(ctx)
+    assert picker.use_model(GPT2, "alice")[0] == GPT2
     started = time.monotonic()
-    choice, note, _ = ModelPicker(ctx).use_model("smollm2", "alice")
+    choice, note, changed = picker.use_model("smollm2", "alice")
     assert time.monotonic() - started < 5
-    assert choice == YOURS and "SmolLM2-135M's weights are not available on this server" in note
+    # GPT-2 is still read, and the picker says so
+    assert choice == GPT2 and changed == gr.skip() and ctx.registry.get("alice").pretrained.source == GPT2
+    assert "SmolLM2-135M's weights are not available on this server" in note and "still read GPT-2:" in note
     assert "PLAYGROUND_SMOLLM2_WEIGHTS=/path/to/folder" in note and "tokenizer.json" in note

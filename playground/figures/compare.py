@@ -37,7 +37,8 @@ def compare_loss_figure(records: list[RunRecord], varying: list[str]) -> go.Figu
         height=340, template="plotly_white", margin=dict(l=50, r=10, t=50, b=40),
         title=dict(text="Loss of each run: validation solid, training dotted", font=dict(size=14), x=0),
         xaxis_title="step", yaxis_title="loss (nats)",
-        legend=dict(orientation="h", x=0, y=-0.2, xanchor="left", yanchor="top"),
+        # at the figure's foot, under the axis title whatever the plot's height (a paper y overlapped "step")
+        legend=dict(orientation="h", x=0, xanchor="left", y=0, yref="container", yanchor="bottom"),
     )
     return fig
 

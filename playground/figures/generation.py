@@ -21,7 +21,7 @@ def alternatives_figure(alternatives: list[tuple[int, str, float]], chosen_id: i
     """Horizontal bars of the top candidates (id, label, probability), most likely on top;
     the token that was actually drawn is in the strong colour."""
     if not alternatives:
-        return note_figure("Generate some text, then click a token<br>to see what else the model considered.", 160)
+        return note_figure("Generate some text, then click a token to see what else the model considered.", 160)
     ranked = sorted(alternatives, key=lambda alt: alt[2])  # plotly draws the first bar at the bottom
     fig = go.Figure()
     fig.add_bar(

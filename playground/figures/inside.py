@@ -53,16 +53,18 @@ def _cell(value: float, digits: int) -> str:
 
 def steps_table(steps: HeadSteps, labels: list[str], *, without_scale: bool = False,
                 without_mask: bool = False) -> go.Figure:
-    """One row per key: q·k, divided by sqrt(d), masked, and the softmax (the heatmap's row);
-    the toggles add the weights without the division and without the mask.
+    """One row per key: q·k, divided by sqrt(d), masked (as far as the model does either), and the softmax
+    (the heatmap's row); the toggles add the weights without the division and without the mask.
 
     Each column is coloured on its own scale (the weights on 0 to 1); a masked cell is grey.
     """
     d = steps.q.numel()
-    columns = [("q·k", steps.scores, 2), (f"÷√{d}", steps.scaled, 2)]
+    # Only the steps the model takes: a model built without the scaling or the mask has no such column.
+    columns = [("q·k", steps.scores, 2)] + ([(f"÷√{d}", steps.scaled, 2)] if steps.scale_attention else [])
+    masks = steps.causal or bool(torch.isinf(steps.masked).any())  # a sliding window masks without the causal mask
     if steps.alibi is not None:  # ALiBi's penalty, then the scores with it (and the mask)
-        columns += [("ALiBi −m·dist", steps.alibi, 2), ("+ ALiBi, mask", steps.masked, 2)]
-    else:
+        columns += [("ALiBi −m·dist", steps.alibi, 2), ("+ ALiBi, mask" if masks else "+ ALiBi", steps.masked, 2)]
+    elif masks:
         columns.append(("+ mask", steps.masked, 2))
     columns.append(("softmax", steps.weights, 3))
     if without_scale:
@@ -85,7 +87,8 @@ def steps_table(steps: HeadSteps, labels: list[str], *, without_scale: bool = Fa
             z[finite.numpy(), c] = ((values[finite] - low) / (high - low).clamp(min=1e-12)).numpy()
         for t, value in enumerate(values.tolist()):
             text[t][c] = _cell(value, digits)
-            exact[t][c] = "−∞ (masked: a later token)" if value == float("-inf") else f"{value:{EXACT}}"
+            hidden = "a later token" if t > steps.query else "beyond the window"
+            exact[t][c] = f"−∞ (masked: {hidden})" if value == float("-inf") else f"{value:{EXACT}}"
     row_px = _row_px(rows, 900, 8, 24)
     fig = go.Figure(go.Heatmap(
         z=z, x=[header for header, _, _ in columns], y=names, colorscale=COLORSCALE, zmin=0, zmax=1,
@@ -97,7 +100,7 @@ def steps_table(steps: HeadSteps, labels: list[str], *, without_scale: bool = Fa
     fig.update_yaxes(type="category", autorange="reversed", tickvals=names, ticktext=shown, tickfont=dict(size=10))
     fig.update_layout(
         **_title(f"Layer {steps.layer}, head {steps.head}, query {names[steps.query]}",
-               "Rows: keys; grey: masked. Hover: exact values"),
+               f"Rows: keys{'; grey: masked' if masks else ''}. Hover: exact values"),
         height=rows * row_px + TOP_MARGIN_PX + 60, margin=dict(l=90, r=20, t=TOP_MARGIN_PX + 24, b=10),
         plot_bgcolor=MASKED_COLOR,
     )

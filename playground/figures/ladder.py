@@ -12,6 +12,7 @@ import json
 import plotly.graph_objects as go
 from gradio.components.plot import PlotData
 
+from playground.figures import wrapped
 from playground.figures.training import _finite  # JSON has no NaN: a missing estimate is a gap
 
 # One colour per rung, in rung order (the ladder has seven; the colours go round if it has more).
@@ -60,6 +61,6 @@ def _layout_json(steps: int, empty: bool) -> str:
     if empty:
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
-        fig.add_annotation(text=EMPTY_NOTE, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+        fig.add_annotation(text=wrapped(EMPTY_NOTE), showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
                            font=dict(size=14, color="#6b7280"))
     return json.dumps(fig.to_plotly_json()["layout"])

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import torch
 from gradio.components.plot import PlotData
 
-from playground.figures import note_figure
+from playground.figures import note_figure, wrapped
 
 MAX_POINTS = 600  # per line: a long run stays a small payload at several updates a second
 TRAIN_COLOR = "#6366f1"
@@ -73,7 +73,7 @@ def _layout_json(x_max: int | None, empty: bool) -> str:
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
         fig.add_annotation(
-            text="Press Train: the loss appears here as the model learns.", showarrow=False,
+            text=wrapped("Press Train: the loss appears here as the model learns."), showarrow=False,
             x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14, color="#6b7280"),
         )
     return json.dumps(fig.to_plotly_json()["layout"])

@@ -33,6 +33,8 @@ N_ALTERNATIVES = 8
 NO_MODEL = ("There is no model yet: train one on the **Train** tab (or upload a checkpoint there), "
             "or pick a pretrained model above.")
 SEED_MAX = 2**31 - 1
+NO_MASK_WRITES = ("Without the causal mask it learned to read each next token from the text after it, and as it "
+                  "writes there is no text after it: expect garbage.")
 # Tokens are shaded by probability in bands, light grey to dark indigo: confidence, not alarm.
 # HighlightedText draws each colour at half opacity under black text, so even the darkest reads well.
 PROBABILITY_BANDS = (  # (lowest probability, legend label, colour)
@@ -138,10 +140,15 @@ class GenerateHandlers:
             return gr.skip(), gr.skip()
         return session.last_text, _done(session.last_steps)
 
-    @staticmethod
-    def model_info(description: str) -> str:
-        """The Train tab's one-line model description, or what to do when there is no model."""
-        return f"**Model:** {description}" if description else NO_MODEL
+    def model_info(self, request: gr.Request) -> str:
+        """One line about the model the tab reads (and why one built without the causal mask writes
+        garbage), or what to do when there is none."""
+        session = self.registry.peek(request)
+        if session is None or session.reading is None:
+            return NO_MODEL
+        config = session.reading.model.config
+        unmasked = f" {NO_MASK_WRITES}" if config.use_attention and not config.causal else ""
+        return f"**Model:** {model_picker.ModelPicker.described(session)}{unmasked}"
 
 
 # ------------------------------------------------------------------ generation
@@ -341,5 +348,5 @@ def build(ctx: AppContext) -> GenerateHandlers:
     token_index.submit(handlers.inspect_token, token_index, [alternatives, token_info], api_name="inspect_token",
                        **cheap).success(handlers.show_token, token_index, shown, **private)
     tokens.select(handlers.select_token, None, shown, **private)
-    ctx.model_changed.change(handlers.model_info, ctx.model_changed, model_info, **private)
+    ctx.follow_model(handlers.model_info, [], [model_info])
     return handlers

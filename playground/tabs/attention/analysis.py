@@ -187,9 +187,11 @@ def _past_training(config: GPTConfig, n_tokens: int) -> str:
         what = ("get the same penalty per token of distance, only more of it: far keys fade as they did in "
                 "training, which is why ALiBi was made (its paper trained on 1,024 tokens and read 2,048 "
                 "with no loss of quality). Expect the same patterns, reaching no further back.")
-    else:  # no positions: only the causal mask tells tokens apart
-        what = ("look the same to it: without positions only the mask orders the tokens, but each query now "
-                "averages over more keys than in training, so its attention spreads thinner.")
+    else:  # no positions: only the causal mask tells tokens apart, if the model has one
+        order = ("without positions only the mask orders the tokens" if config.causal else
+                 "it has neither positions nor a causal mask, so nothing orders the tokens")
+        what = (f"look the same to it: {order}, but each query now averages over more keys than in training, "
+                "so its attention spreads thinner.")
     return past + what
 
 
@@ -267,9 +269,8 @@ def build(ctx: AppContext, handlers: Handlers) -> tuple[Page, Dependency]:
           **ctx.cheap())
     gr.on([layer.input, query.input], handlers.show_query, [layer, query], view, api_name="attention_query",
           **ctx.cheap())
-    # UI-only events: a table click and the Train tab's signal carry nothing an API caller needs
+    # UI-only: a table click carries nothing an API caller needs
     head_picked = table.select(handlers.select_head, None, [layer, head, large], api_name="attention_select",
                                api_visibility="private", **ctx.cheap())
-    ctx.model_changed.change(handlers.model_changed, None, status, api_name="attention_model_changed",
-                             api_visibility="private", **ctx.cheap())
+    ctx.follow_model(handlers.model_changed, [], [status])
     return Page(layer, head, query, head_picked), analysed

@@ -124,6 +124,5 @@ def build(ctx: AppContext, handlers: Handlers, page: Page) -> dict[str, gr.Compo
                      residual=plot("The residual stream", "patching-residual"),
                      heads=plot("Each head", "patching-heads"))
     run.click(handlers.patching, [clean, corrupted], list(shown.values()), api_name="patch", **ctx.heavy("attention"))
-    ctx.model_changed.change(handlers.fitting_pair, [clean, corrupted], [clean, corrupted],
-                             api_name="patching_fitting_pair", api_visibility="private", **ctx.cheap())
+    ctx.follow_model(handlers.fitting_pair, [clean, corrupted], [clean, corrupted])
     return shown

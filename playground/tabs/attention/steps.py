@@ -64,48 +64,84 @@ class Handlers(AttentionBase):
 
 
 def _steps_note(steps: HeadSteps, labels: list[str], without_scale: bool, without_mask: bool) -> str:
-    """What the step-by-step table shows, and what each toggle changes."""
+    """What the step-by-step table shows, as the model was built (scaled or not, masked or not, its
+    positions), and what each toggle changes."""
     names = figures.axis_labels(labels, [(t, t + 1) for t in range(len(labels))])
     d, query, weight = steps.q.numel(), steps.query, steps.weights.max().item()
-    strongest = md(names[int(steps.weights.argmax())])
+    strongest, last = md(names[int(steps.weights.argmax())]), query == len(labels) - 1
+    scaling = (f"the products are divided by √d = {math.sqrt(d):.3g}" if steps.scale_attention else
+               "the products are **not** divided by √d (this model was built without the scaling)")
+    if steps.causal:
+        mask = "the keys after the query get -∞ (the mask) and the softmax turns the rest into weights"
+    else:
+        seen = (", though no token comes after the last one" if last else ": the query sees the tokens after it "
+                f"too, {steps.weights[query + 1:].sum().item():.3f} of its weight is on them")
+        mask = ("**nothing hides the keys after the query** (this model was built without the causal mask"
+                f"{seen}) and the softmax turns the scores into weights")
     lines = [f"**Layer {steps.layer}, head {steps.head}, query {md(names[query])}**, head size d = {d}. "
-             f"The query's vector q meets every key k (q·k), the products are divided by √d = {math.sqrt(d):.3g}, "
-             f"the keys after the query get -∞ (the mask) and the softmax turns the rest into weights: the "
+             f"The query's vector q meets every key k (q·k), {scaling}, {mask}: the "
              f"**softmax** column is row {md(names[query])} of the head's heatmap above (largest: {weight:.3f} "
              f"on {strongest}). The head's output is the values added up with these weights."]
-    if steps.q_unrotated is not None:
-        lines.append("**Rotary positions (RoPE):** before q meets k, each is turned by its own position: every pair "
-                     "of channels (i, i + d/2) by an angle of position × a frequency, fast in the first pairs and slow "
-                     "in the last (compare the panels before and after RoPE below). The turns cancel up to their "
-                     "difference, so q·k depends on how far back a key is, not on where the text starts.")
-    if steps.alibi is not None:
-        slope = "" if steps.alibi_slope is None else f" = {steps.alibi_slope:.4g}"
-        lines.append(f"**ALiBi:** no position is added to any vector; instead each score loses the head's slope "
-                     f"m{slope} times the distance to the key (the **ALiBi −m·dist** column), so far keys count "
-                     "less. Each head has its own slope: some look near, some far.")
+    lines.append(_positions_line(steps))
     if steps.out_of_window:
-        lines.append(f"**Sliding window:** the {steps.out_of_window} earliest key(s) get -∞ like the future: this "
-                     f"layer sees only the last {query + 1 - steps.out_of_window} tokens.")
+        lines.append(f"**Sliding window:** the {steps.out_of_window} earliest key(s) get -∞"
+                     f"{' like the future' if steps.causal else ''}: this layer sees only the last "
+                     f"{query + 1 - steps.out_of_window} tokens up to the query.")
     if without_scale:
-        lines.append(f"**Without ÷√d** the scores would be {math.sqrt(d):.3g} times larger and the largest "
-                     f"weight {steps.weights_unscaled.max().item():.3f} instead of {weight:.3f}: the softmax "
-                     "sharpens, and in a wide head it saturates on one key, where learning through it stalls.")
+        lines.append(_without_scale_line(steps, d, weight))
     if without_mask:
-        if query == len(labels) - 1:
-            lines.append("**Without the mask** nothing changes for the last token: no token comes after it. "
-                         "Pick an earlier query token to see the future leak in.")
-        else:
-            future = steps.weights_unmasked[query + 1:].sum().item()
-            later = f"later tokens (#{query + 1} to #{len(labels) - 1})"
-            if future < 0.0005:
-                lines.append(f"**Without the mask** {md(names[query])} would still put almost nothing ({future:.1e}) "
-                             f"on {later}: this head's scores keep it on the past here, but only the mask "
-                             "guarantees it, in training too.")
-            else:
-                lines.append(f"**Without the mask** {md(names[query])} would put {future:.3f} of its attention on "
-                             f"{later}: it would see the future, which it cannot do while it writes a text, and "
-                             "training would teach it to copy the answer.")
+        lines.append(_without_mask_line(steps, names, last))
     return "  \n".join(lines)
+
+
+def _positions_line(steps: HeadSteps) -> str:
+    """Where q and k got their positions from, as the model was built."""
+    if steps.position == "rope":
+        return ("**Rotary positions (RoPE):** before q meets k, each is turned by its own position: every pair "
+                "of channels (i, i + d/2) by an angle of position × a frequency, fast in the first pairs and slow "
+                "in the last (compare the panels before and after RoPE below). The turns cancel up to their "
+                "difference, so q·k depends on how far back a key is, not on where the text starts.")
+    if steps.position == "alibi":
+        slope = "" if steps.alibi_slope is None else f" = {steps.alibi_slope:.4g}"
+        return (f"**ALiBi:** no position is added to any vector; instead each score loses the head's slope "
+                f"m{slope} times the distance to the key (the **ALiBi −m·dist** column), so far keys count "
+                "less. Each head has its own slope: some look near, some far.")
+    if steps.position == "none":
+        order = ("only the mask lets order leak in" if steps.causal else
+                 "and without the mask nothing does: the head sees a bag of tokens")
+        return ("**No positions** (this model was built without them): nothing in q or k says where a token sits, "
+                f"so two copies of a token get the same score; {order}.")
+    return ("**Positions:** each token's vector had its position's learned embedding added at the input, so q and "
+            "k carry where their tokens sit as well as what they are.")
+
+
+def _without_scale_line(steps: HeadSteps, d: int, weight: float) -> str:
+    if not steps.scale_attention:
+        return ("**Without ÷√d** is how this model already works: that column equals the softmax. Its scores are "
+                f"{math.sqrt(d):.3g} times larger than a scaled head's, so its softmax is sharper and saturates sooner.")
+    return (f"**Without ÷√d** the scores would be {math.sqrt(d):.3g} times larger and the largest "
+            f"weight {steps.weights_unscaled.max().item():.3f} instead of {weight:.3f}: the softmax "
+            "sharpens, and in a wide head it saturates on one key, where learning through it stalls.")
+
+
+def _without_mask_line(steps: HeadSteps, names: list[str], last: bool) -> str:
+    query = steps.query
+    if not steps.causal:
+        same = ("differs from the softmax only where the sliding window hides keys" if steps.out_of_window
+                else "equals the softmax")
+        return f"**Without the mask** is how this model already works: it has no causal mask, so that column {same}."
+    if last:
+        return ("**Without the mask** nothing changes for the last token: no token comes after it. "
+                "Pick an earlier query token to see the future leak in.")
+    future = steps.weights_unmasked[query + 1:].sum().item()
+    later = f"later tokens (#{query + 1} to #{len(names) - 1})"
+    if future < 0.0005:
+        return (f"**Without the mask** {md(names[query])} would still put almost nothing ({future:.1e}) "
+                f"on {later}: this head's scores keep it on the past here, but only the mask "
+                "guarantees it, in training too.")
+    return (f"**Without the mask** {md(names[query])} would put {future:.3f} of its attention on "
+            f"{later}: it would see the future, which it cannot do while it writes a text, and "
+            "training would teach it to copy the answer.")
 
 
 def build(ctx: AppContext, handlers: Handlers, page: Page) -> dict[str, gr.Component]:

@@ -90,7 +90,7 @@ class CheckpointHandlers(FormRules):
         config = session.model.config
         return {
             "loss_plot": loss_figure(meta.get("history", [])), "model_changed": describe(session),
-            "progress": progress_html(None, meta.get("history", [])),
+            "progress": progress_html(None, meta.get("history", []), config),
             # the movie and scores were the old model's: the upload has none until Train records one
             "movie_note": NO_MOVIE, "movie_plot": note_figure(NO_REPLAY), "head_scores": note_figure(NO_SCORES),
             "tokenizer": session.tokenizer.spec()["kind"], "stage": stage_of(config) or "gpt",

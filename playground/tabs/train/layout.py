@@ -177,11 +177,10 @@ def build(ctx: AppContext) -> TrainHandlers:
                     playing, ticks = gr.State(False), gr.Timer(PLAY_INTERVAL_S, active=False)
                     movie_note = gr.Markdown(NO_MOVIE, elem_id="movie-note")
                     movie_plot = gr.Plot(note_figure(NO_REPLAY), label="Replay", elem_id="movie-frame")
-                    with gr.Row(equal_height=False):
-                        gif_btn = gr.Button("Download the movie (GIF)", size="sm", elem_id="movie-gif-button",
-                                            min_width=160)
-                        gif_file = gr.File(label="Attention movie (GIF)", interactive=False, elem_id="movie-gif",
-                                           min_width=160, visible=False)
+                    gif_btn = gr.Button("Download the movie (GIF)", size="sm", elem_id="movie-gif-button")
+                    # under the button, the column's whole width: beside it, the file's name shrank to ".g"
+                    gif_file = gr.File(label="Attention movie (GIF)", interactive=False, elem_id="movie-gif",
+                                       visible=False)
             sample = gr.Textbox(label="Live sample (the model writing, refreshed as it learns)", lines=4,
                                 interactive=False, elem_id="live-sample", elem_classes="mono")
             with gr.Accordion("Compare runs", open=False, elem_id="compare"):
@@ -212,19 +211,22 @@ def build(ctx: AppContext) -> TrainHandlers:
     preset_outputs = [shown["preset_info"]] + [form[name] for name in FORM_FIELDS if name != "preset"]
     # .input, not .change: a preset set by the page's link must not overwrite the link's own fields.
     form["preset"].input(by_name(handlers.apply_preset), form["preset"], preset_outputs, api_name="preset", **cheap)
-    form["corpus"].change(_show_corpus_inputs, form["corpus"], [form["text"], form["upload"]],
-                          api_visibility="private", **cheap)
+    # The preview below follows these fields too: these run once per change ("multiple"), never deferred, since two
+    # deferred listeners of one change keep re-sending it to each other (see AppContext.wire_followers).
+    beside_preview = dict(**cheap, api_visibility="private", trigger_mode="multiple")
+    form["corpus"].change(_show_corpus_inputs, form["corpus"], [form["text"], form["upload"]], **beside_preview)
     form["corpus"].change(handlers.describe_setup, [form["preset"], form["corpus"]], shown["preset_info"],
-                          api_visibility="private", **cheap)
+                          **beside_preview)
     view = gr.State(link.View())  # the groups the page's link hid and locked
     for field, fixed_by_stage in (("n_head", heads_for_stage), ("n_layer", layers_for_stage)):
         form["stage"].change(link.keeping_locks(fixed_by_stage, field), [form["stage"], view], form[field],
-                             api_visibility="private", **cheap)
+                             **beside_preview)
     # (the steps too: "already trained 120 of 120 steps" must go once Steps is raised)
     previewed = [form[name] for name in ("corpus", "tokenizer", "stage", *MODEL_FIELDS, "upload", "steps")]
     # The live count and whether Train continues; also after training and Stop (the model changed).
-    gr.on([c.change for c in previewed] + [form["text"].blur, ctx.demo.load, ctx.model_changed.change],
+    gr.on([c.change for c in previewed] + [form["text"].blur, ctx.demo.load],
           handlers.preview, inputs, [params, next_step], api_name="preview", api_visibility="private", **cheap)
+    ctx.follow_model(handlers.preview, inputs, [params, next_step])
     training = dict(**ctx.heavy("train"))  # both buttons share one concurrency id: one limit for all trainings
     quiet = dict(**cheap, api_visibility="private")
     for trained in (train_btn.click(handlers.train, inputs, live, api_name="train", **training),

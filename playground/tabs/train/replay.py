@@ -152,12 +152,16 @@ def snapshot_due(movie: AttentionMovie, event, affordable: bool) -> bool:
 
 
 def movie_note(movie: AttentionMovie | None, recording: bool) -> str:
-    """What the movie holds, and its memory bound."""
+    """What the movie holds (the steps it covers: a snapshot is skipped while the view budget is spent,
+    so there may be fewer than one every `movie.every` steps), and its memory bound."""
     if movie is None:
         return "This model has no attention to record."
-    count, every = len(movie.frames), "step" if movie.every == 1 else f"{movie.every} steps"
-    return (f"{'Recording' if recording else 'Replay'}: {count} snapshot{'s' if count != 1 else ''} "
-            f"(one every {every}), {movie.nbytes / 1024:,.1f} KB of at most {movie.max_bytes / 2**20:g} MiB.")
+    frames, every = movie.frames, "step" if movie.every == 1 else f"{movie.every} steps"
+    count = f"{len(frames)} snapshot{'s' if len(frames) != 1 else ''}"
+    span = f" of steps {frames[0].step}–{frames[-1].step}" if len(frames) > 1 else ""
+    return (f"{'Recording' if recording else 'Replay'}: {count}{span} (at most one every {every}; fewer while "
+            f"taking them would slow the training), {movie.nbytes / 1024:,.1f} KB of at most "
+            f"{movie.max_bytes / 2**20:g} MiB.")
 
 
 def scores_plot(movie: AttentionMovie) -> PlotData:

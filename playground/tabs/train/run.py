@@ -31,7 +31,7 @@ from playground import validate
 from playground.figures.attention import live_heatmap
 from playground.figures.training import loss_figure, note_plot
 from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
-from playground.sessions import Session, TrainedModel, training_bytes
+from playground.sessions import Session, TrainedModel, listed, missing_parts, training_bytes
 from playground.tabs.train import compare
 from playground.tabs.train.form import (
     BREAK_IT, MODEL_FIELDS, NORM_CHOICES, FormRules, Recipe, TrainForm, takes_the_form,
@@ -45,6 +45,9 @@ VIEW_BUDGET = 0.15
 NO_ATTENTION_YET = "Press Train: the attention of each head on a probe prompt appears here."
 ATTENTION_INTERVAL_S = 0.5  # the heatmap grid is the heaviest payload (~150 KB for 6 x 8 heads): 2 a second
 SAMPLE_INTERVAL_S = 2.0  # a fresh live sample costs sample_tokens forward passes
+NO_MASK_SCORES = (" ⚠️ Each position also reads the tokens after it, the next one included: the loss and the answers "
+                  "score copying, not predicting. The live sample, with no text after it to read, shows what it "
+                  "can really write.")
 
 
 # ------------------------------------------------------------------ corpus and tokens (cached, shared)
@@ -256,7 +259,8 @@ class RunHandlers(FormRules):
                 model_changed=gr.skip(), movie_note=gr.skip(), scores=gr.skip()) -> tuple:
         """(status, progress, loss figure, sample, attention, model_changed, movie note, head scores)."""
         history = [] if session.trained is None else session.trained.history
-        progress = progress_html(event, history) if event is not None else gr.skip()
+        config = None if session.trained is None else session.trained.model.config
+        progress = progress_html(event, history, config) if event is not None else gr.skip()
         return (status, progress, loss_figure(history, event.max_iters if event else None), sample, attention,
                 model_changed, movie_note, scores)
 
@@ -342,26 +346,31 @@ def _status(event, sharing: int = 1, doing: str = "Training") -> str:
     return "Training..." if doing == "Training" else f"{doing}."
 
 
-def progress_html(event, history: list[dict] = ()) -> str:
+def progress_html(event, history: list[dict] = (), config: GPTConfig | None = None) -> str:
     """The progress bar and the run's figures; for a task corpus, how well it writes the answers
-    (the whole-line loss has a floor there: the questions are random)."""
+    (the whole-line loss has a floor there: the questions are random); what the model (`config`) was
+    built without, and why a model without the causal mask scores so well."""
     scored = next((row for row in reversed(history) if row.get("answer_accuracy") is not None), None)
     answers = ("" if scored is None else
                f"<span class='answers'>Answers (the half of each line that can be learned), validation: "
                f"<b>{scored['answer_accuracy']:.0%} right</b>, loss {scored['answer_loss']:.3f} "
                f"at step {scored['step']:,}.</span>")
+    missing = [] if config is None else missing_parts(config)
+    built = "" if not missing else (
+        f"<span class='built'>Built without {listed(['the ' + part for part in missing])}."
+        f"{NO_MASK_SCORES if config.use_attention and not config.causal else ''}</span>")
     if event is None and not history:
         return "<div class='train-progress'><div class='bar'><div style='width:0%'></div></div><span>Not trained yet.</span></div>"
     if event is None:  # a model loaded (an upload, or brought back): where its curve ends
         last, evaluated = history[-1], next((row for row in reversed(history) if row.get("val_loss") is not None), {})
         val = f" · val {evaluated['val_loss']:.3f}" if evaluated else ""
         return (f"<div class='train-progress'><div class='bar'><div style='width:100%'></div></div>"
-                f"<span>step {last['step']:,} (loaded) · loss {last['train_loss']:.3f}{val}</span>{answers}</div>")
+                f"<span>step {last['step']:,} (loaded) · loss {last['train_loss']:.3f}{val}</span>{answers}{built}</div>")
     percent = 100.0 * event.step / max(1, event.max_iters)
     val = f" · val {event.val_loss:.3f}" if event.val_loss is not None else ""
     left = "" if event.done else f" · {duration(event.eta)} left"
     return (
         f"<div class='train-progress'><div class='bar'><div style='width:{percent:.1f}%'></div></div>"
         f"<span>step {event.step:,} / {event.max_iters:,} · loss {event.train_loss:.3f}{val} · "
-        f"{event.tokens_per_sec:,.0f} tokens/s{left}</span>{answers}</div>"
+        f"{event.tokens_per_sec:,.0f} tokens/s{left}</span>{answers}{built}</div>"
     )
