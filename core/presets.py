@@ -156,8 +156,8 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "induction-rope", "Copy task: rotary positions count instead",
             "The `induction` preset with rotary positions (RoPE, as in Llama) in place of the learned "
-            "position table; nothing else changes. It copies too: about 95% of the answers right by step "
-            "600, 99% by the end. But the Attention tab's probe finds no induction head. RoPE gives every "
+            "position table; nothing else changes. It copies too: 90-95% of the answers right by step "
+            "600, 97-99% by the end. But the Attention tab's probe finds no induction head. RoPE gives every "
             "head the distance between two letters for free, so the layer-1 head learns a shortcut: it "
             "looks as far back as the separator is from the line's start, counting, not searching for the "
             "letter. See it on the Attention tab with two lines, `abcdefg|abcdefg` and below it the same "
