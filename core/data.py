@@ -87,63 +87,86 @@ def load_shakespeare(path: str | Path | None = None, *, download: bool = True) -
 
 
 # ---------------------------------------------------------------- synthetic corpora
-# Each is a task whose solution is a crisp attention pattern, generated in well under a second.
+# Each task's solution is a crisp attention pattern; its corpus is generated in well under a second.
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
+DIGITS = "0123456789"
+# A task corpus ends every line with a line break, so each line a model trains on comes after one
+# (`answer_mask` counts a line only then): the line break is how it finds where a question begins.
+LINE_START = "\n"
 
 
-def _task_corpus(make_line: Callable[[random.Random], str], n_lines: int, seed: int) -> str:
-    rng = random.Random(seed)
-    return "\n".join(make_line(rng) for _ in range(n_lines)) + "\n"
+@dataclass(frozen=True)
+class Task:
+    """A synthetic task. Each line is a question, `separator`, then `answer(question)`. A question is
+    `shortest` to `longest` random characters of `alphabet` (with `distinct`, none twice), so a model
+    cannot predict it: it can learn only the answer."""
 
+    alphabet: str
+    shortest: int
+    longest: int
+    separator: str
+    answer: Callable[[str], str]
+    unit: str  # what a character of the alphabet is called
+    noun: str  # what a question is called
+    distinct: bool = False
 
-def _word(rng: random.Random, alphabet: str, length: int) -> str:
-    return "".join(rng.choice(alphabet) for _ in range(length))
+    def question(self, rng: random.Random) -> str:
+        """A random question. (The draws are the ones the corpora were measured with: keep their order.)"""
+        length = self.shortest if self.shortest == self.longest else rng.randint(self.shortest, self.longest)
+        if self.distinct:
+            return "".join(rng.sample(self.alphabet, length))
+        return "".join(rng.choice(self.alphabet) for _ in range(length))
 
+    def corpus(self, n_lines: int = 6000, seed: int = 0) -> str:
+        """`n_lines` lines of the task, each ended by a line break."""
+        rng = random.Random(seed)
+        questions = (self.question(rng) for _ in range(n_lines))
+        return "".join(f"{question}{self.separator}{self.answer(question)}{LINE_START}" for question in questions)
 
-def repeat_corpus(n_lines: int = 6000, length: int = 8, seed: int = 0) -> str:
-    """'qwhzbkad|qwhzbkad': copying the second half means looking at the token after the earlier
-    occurrence of the current one (an induction head's move). Every word has the same length, so
-    a model learns it as a fixed offset instead: crisp to see, and the contrast to `induction_corpus`."""
+    def questions(self) -> str:
+        """Its questions in words: '8-letter words (a–z)', 'words of 3 to 12 different letters (a–z)'."""
+        if self.shortest == self.longest:
+            size = f"{self.shortest}-{self.unit} {self.noun}"
+        else:
+            different = "different " if self.distinct else ""
+            size = f"{self.noun} of {self.shortest} to {self.longest} {different}{self.unit}s"
+        return f"{size} ({self.span})"
 
-    def line(rng: random.Random) -> str:
-        word = _word(rng, LETTERS, length)
-        return f"{word}|{word}"
+    @property
+    def span(self) -> str:
+        """The alphabet as a range, 'a–z' (each task's alphabet is a run of consecutive characters)."""
+        return f"{self.alphabet[0]}–{self.alphabet[-1]}"
 
-    return _task_corpus(line, n_lines, seed)
+    def as_line(self, prompt: str) -> str:
+        """`prompt` as a line of the task starts: after a line break, as every line the model trained on
+        did. Without it the model has no mark of where the question begins (a copy's first letter comes
+        out wrong)."""
+        return prompt if prompt.startswith(LINE_START) else LINE_START + prompt
 
+    def unlike_training(self, prompt: str) -> list[tuple[str, str]]:
+        """(question, how it differs) for each question in `prompt` unlike every question the task trains
+        on. A question is a line's text before its separator; the last line's, with no separator yet,
+        may be unfinished, so only a question too long or of other characters is unlike there."""
+        found = []
+        lines = prompt.split(LINE_START)
+        for number, line in enumerate(lines, start=1):
+            question, separator, _ = line.partition(self.separator)
+            unfinished = not separator and number == len(lines)
+            difference = self._difference(question, unfinished) if line else None
+            if difference:
+                found.append((question, difference))
+        return found
 
-def induction_corpus(n_lines: int = 6000, shortest: int = 3, longest: int = 12, seed: int = 0) -> str:
-    """'qwe|qwe', 'bdkzwaxfmo|bdkzwaxfmo': words of 3 to 12 letters written twice. The letter to
-    copy is a word's length back, which varies, so no fixed offset finds it: the model must find
-    the earlier occurrence of the current letter and copy the one after it (an induction head).
-    No letter appears twice in a word, so that earlier occurrence is always unique."""
-
-    def line(rng: random.Random) -> str:
-        word = "".join(rng.sample(LETTERS, rng.randint(shortest, longest)))
-        return f"{word}|{word}"
-
-    return _task_corpus(line, n_lines, seed)
-
-
-def reverse_corpus(n_lines: int = 6000, length: int = 8, seed: int = 0) -> str:
-    """'abcdefgh>hgfedcba': writing the reversal makes an anti-diagonal attention pattern."""
-
-    def line(rng: random.Random) -> str:
-        word = _word(rng, LETTERS, length)
-        return f"{word}>{word[::-1]}"
-
-    return _task_corpus(line, n_lines, seed)
-
-
-def sort_corpus(n_lines: int = 6000, length: int = 8, seed: int = 0) -> str:
-    """'38152706=01235678': sorting digits makes heads that search for the next-larger digit."""
-
-    def line(rng: random.Random) -> str:
-        digits = _word(rng, "0123456789", length)
-        return f"{digits}={''.join(sorted(digits))}"
-
-    return _task_corpus(line, n_lines, seed)
+    def _difference(self, question: str, unfinished: bool) -> str | None:
+        if set(question) - set(self.alphabet):
+            return f"has characters other than the {self.unit}s {self.span}"
+        length = len(question)
+        if length > self.longest or (length < self.shortest and not unfinished):
+            return f"has {length} {self.unit}{'' if length == 1 else 's'}"
+        if self.distinct and len(set(question)) < length:
+            return f"has a {self.unit} twice"
+        return None
 
 
 BABY_GPT_SEQUENCE = "111101111011110"
@@ -159,36 +182,50 @@ class CorpusInfo:
     title: str
     description: str
     needs_download: bool = False
-    # A task line's question ends at this character; the rest of the line, its answer, follows from
-    # the question. The question itself is random, so the loss over whole lines has a floor.
-    answer_after: str | None = None
+    task: Task | None = None  # a synthetic task's lines, for its corpus (None: the corpus is not one)
+
+    @property
+    def answer_after(self) -> str | None:
+        """A task line's question ends at this character; the rest of the line, its answer, follows from
+        the question. The question itself is random, so the loss over whole lines has a floor."""
+        return self.task.separator if self.task else None
 
 
 CORPORA: dict[str, CorpusInfo] = {
     "shakespeare": CorpusInfo(
         "Tiny Shakespeare", "1.1M characters of Shakespeare's plays (downloaded once, 1.1 MB).", True
     ),
+    # 'qwhzbkad|qwhzbkad': copying the second half means looking at the token after the earlier
+    # occurrence of the current one (an induction head's move). Every word has the same length, so a
+    # model learns it as a fixed offset instead: crisp to see, and the contrast to `induction`.
     "repeat": CorpusInfo("Copy task", "Random 8-letter words written twice: watch a copying head form.",
-                         answer_after="|"),
+                         task=Task(LETTERS, 8, 8, "|", lambda word: word, "letter", "words")),
+    # 'qwe|qwe', 'bdkzwaxfmo|bdkzwaxfmo': the letter to copy is a word's length back, which varies, so
+    # no fixed offset finds it: the model must find the earlier occurrence of the current letter and
+    # copy the one after it (an induction head). No letter appears twice in a word, so that earlier
+    # occurrence is always unique.
     "induction": CorpusInfo("Copy task, words of 3 to 12 letters",
                             "Random words of 3 to 12 letters written twice: watch an induction head form.",
-                            answer_after="|"),
+                            task=Task(LETTERS, 3, 12, "|", lambda word: word, "letter", "words", distinct=True)),
+    # 'abcdefgh>hgfedcba': writing the reversal makes an anti-diagonal attention pattern.
     "reverse": CorpusInfo("Reverse task", "Random words then their reversal: an anti-diagonal pattern.",
-                          answer_after=">"),
-    "sort": CorpusInfo("Sort task", "Random digits then the same digits sorted.", answer_after="="),
+                          task=Task(LETTERS, 8, 8, ">", lambda word: word[::-1], "letter", "words")),
+    # '38152706=01235678': sorting digits makes heads that search for the next-larger digit.
+    "sort": CorpusInfo("Sort task", "Random digits then the same digits sorted.",
+                       task=Task(DIGITS, 8, 8, "=", lambda digits: "".join(sorted(digits)), "digit", "numbers")),
     "binary": CorpusInfo("Binary sequence", f"The baby GPT's sequence {BABY_GPT_SEQUENCE}, repeated."),
 }
 
 
 def corpus_text(name: str, shakespeare_path: str | Path | None = None) -> str:
     """The text of a built-in corpus by name (see `CORPORA`)."""
-    builders = {"repeat": repeat_corpus, "induction": induction_corpus, "reverse": reverse_corpus,
-                "sort": sort_corpus, "binary": binary_corpus}
     if name == "shakespeare":
         return load_shakespeare(shakespeare_path)
-    if name not in builders:
+    if name == "binary":
+        return binary_corpus()
+    if name not in CORPORA:
         raise DataError(f"unknown corpus {name!r}; choose one of {list(CORPORA)}")
-    return builders[name]()
+    return CORPORA[name].task.corpus()
 
 
 # ---------------------------------------------------------------- user text

@@ -116,6 +116,7 @@ class TrainedModel:
     movie: Any = None  # core.movie.AttentionMovie | None: its attention over training, continued by Train
     run: int = 0  # its number among the session's runs (core.runs.RunLog), to compare; 0: not a run yet
     source: str | None = None  # a pretrained model's key (playground.pretrained.CATALOGUE); None: the session's own
+    task: Any = None  # core.data.Task | None: the synthetic task it last trained on, whose lines Generate writes
 
     @property
     def step(self) -> int:

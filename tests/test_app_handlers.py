@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import plotted
+from core.data import CORPORA
 from playground.app import build_app, launch_kwargs
 from playground.context import AppContext
 from playground.sessions import SessionRegistry
@@ -265,7 +266,8 @@ def test_checkpoint_round_trip_into_another_session(trained):
     a, b = ctx.registry.get("a"), ctx.registry.get("b")
     assert same(weights(a.model), weights(b.model)) and a.model is not b.model
     texts = [list(gen.generate("abc", 20, 0.8, 0, 1.0, 7, request=s))[-1][1] for s in ("a", "b")]
-    assert texts[0] == texts[1]
+    assert texts[0] == texts[1] and texts[0].startswith("\nabc")  # still the copy task's: its lines' start
+    assert a.trained.task is b.trained.task is CORPORA["repeat"].task
     run_train(train, "b", steps=25)  # the loaded model trains on from its step
     assert ctx.registry.get("b").trainer.step == 25
 
@@ -316,10 +318,10 @@ def test_generate_streams_tokens_with_probabilities(trained):
     ctx, _, gen = trained
     updates = list(gen.generate("abc", 30, 0.8, 5, 0.9, 3, request="a"))
     tokens, text, status = updates[-1]
-    assert tokens[0] == ("abc", None) and len(tokens) == 31
+    assert tokens[0] == ("↵\nabc", None) and len(tokens) == 31  # a copy-task prompt starts a line
     assert all(band in COLOR_MAP for _, band in tokens[1:])  # each token shaded by its probability band
     # the shaded tokens are the text, with a visible ↵ before each line break
-    assert text == "abc" + "".join(t for t, _ in tokens[1:]).replace("↵\n", "\n") and status.startswith("30 tokens")
+    assert text == "".join(t for t, _ in tokens).replace("↵\n", "\n") and status.startswith("30 tokens")
     session = ctx.registry.get("a")
     assert session.last_text == text and len(session.last_steps) == 30
     fig, info = gen.inspect_token(3, "a")
@@ -346,7 +348,7 @@ def test_generate_seed_repeats_and_sessions_draw_independently(trained):
 def test_empty_prompt_starts_from_a_newline(trained):
     _, _, gen = trained
     tokens, text, _ = list(gen.generate("", 10, 0.0, 0, 1.0, None, request="a"))[-1]
-    assert tokens[0] == ("", None) and len(tokens) == 11
+    assert tokens[0] == ("↵\n", None) and len(tokens) == 11 and text.startswith("\n")
 
 
 @pytest.mark.parametrize("args, message", [
@@ -442,6 +444,21 @@ def test_the_layers_slider_follows_the_stage(train):
     one, _ = train.preview(**{**FORM, "stage": "feed_forward", "n_layer": 1}, request="layers")
     three, _ = train.preview(**{**FORM, "stage": "feed_forward", "n_layer": 3}, request="layers")
     assert one == three and one.startswith("**")
+
+
+@pytest.mark.parametrize("meta, task", [({"preset": "sort"}, "sort"), ({"preset": "sort", "text_file": "my.txt"}, None),
+                                        ({"corpus": "Reverse task"}, "reverse"), ({}, None)])
+def test_an_uploaded_checkpoint_knows_its_task_from_the_app_or_the_command_line(ctx, tmp_path, meta, task):
+    """The app saves the corpus's title, the command line its preset: either says which task's lines the
+    model writes on the Generate tab."""
+    from core.checkpoint import save_archive
+    from core.model import GPT, GPTConfig
+    from core.tokenizers import CharTokenizer
+
+    path = save_archive(tmp_path / "task.zip", GPT(GPTConfig(vocab_size=12, block_size=8, n_layer=1, n_head=1,
+                                                             n_embd=8)), CharTokenizer("\n0123456789="), meta)
+    TrainHandlers(ctx).load_checkpoint(str(path), "a")
+    assert ctx.registry.get("a").trained.task is (CORPORA[task].task if task else None)
 
 
 def test_a_loaded_bigram_is_called_a_bigram(ctx, tmp_path):

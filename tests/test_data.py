@@ -124,6 +124,48 @@ def test_the_induction_task_writes_words_of_3_to_12_distinct_letters_twice():
     assert all(len(set(word)) == len(word) and set(word) <= set(data.LETTERS) for word, _ in halves)
 
 
+def test_each_task_corpus_is_its_tasks_lines():
+    """Declared once: every line of a task corpus is a question as the task says, its separator, its answer."""
+    for name, info in CORPORA.items():
+        if info.task is None:
+            continue
+        task = info.task
+        for line in corpus_text(name).splitlines()[:500]:
+            question, answer = line.split(task.separator)
+            assert answer == task.answer(question) and task.unlike_training(line) == []
+            assert task.shortest <= len(question) <= task.longest and set(question) <= set(task.alphabet)
+    assert [CORPORA[name].task.questions() for name in ("repeat", "induction", "reverse", "sort")] == [
+        "8-letter words (a–z)", "words of 3 to 12 different letters (a–z)", "8-letter words (a–z)",
+        "8-digit numbers (0–9)"]
+
+
+def test_a_task_prompt_starts_a_line_as_every_training_line_did():
+    task = CORPORA["repeat"].task
+    assert corpus_text("repeat").count("\n") == 6000  # every line ends with one, so the next starts after it
+    assert task.as_line("qwhzbkad|") == "\nqwhzbkad|"
+    assert task.as_line("\nqwhzbkad|") == "\nqwhzbkad|"  # one is enough: never a second
+    assert task.as_line("") == "\n"
+
+
+@pytest.mark.parametrize("corpus, prompt, unlike", [
+    ("repeat", "\nqwhzbkad|", []),
+    ("repeat", "qwhzbkad|qwh", []),  # an answer begun
+    ("repeat", "qwhz", []),  # a question still being typed
+    ("repeat", "hello|", [("hello", "has 5 letters")]),
+    ("repeat", "qwhzbkadx", [("qwhzbkadx", "has 9 letters")]),  # too long even unfinished
+    ("repeat", "hello\nqwhzbkad|", [("hello", "has 5 letters")]),  # a finished line needs no separator to count
+    ("repeat", "|a", [("", "has 0 letters")]),
+    ("repeat", "a|", [("a", "has 1 letter")]),
+    ("induction", "hello|", [("hello", "has a letter twice")]),
+    ("induction", "qwe|qwe\nbdkzwaxfmo|", []),
+    ("induction", "abcdefghijklm|", [("abcdefghijklm", "has 13 letters")]),
+    ("sort", "3815a706=", [("3815a706", "has characters other than the digits 0–9")]),
+    ("reverse", "qwhzbkad>", []),
+])
+def test_questions_unlike_the_training_ones_are_named(corpus, prompt, unlike):
+    assert CORPORA[corpus].task.unlike_training(prompt) == unlike
+
+
 def test_unknown_corpus():
     with pytest.raises(DataError, match="unknown corpus"):
         corpus_text("wikipedia")

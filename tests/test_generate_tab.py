@@ -8,8 +8,9 @@ import gradio as gr
 import pytest
 
 from playground.app import build_app
+from playground.sessions import TrainedModel
 from playground.figures.generation import CHOSEN_COLOR, alternatives_figure
-from playground.tabs.generate import COLOR_MAP, INSPECTED, PROBABILITY_BANDS, GenerateHandlers
+from playground.tabs.generate import COLOR_MAP, INSPECTED, LINE_START_NOTE, PROBABILITY_BANDS, GenerateHandlers
 from playground.tabs.train import TrainHandlers
 from test_app_handlers import make_ctx, run_train
 
@@ -57,7 +58,7 @@ def test_tokens_are_shaded_in_bands_that_darken_with_probability(tab):
     ctx, handlers = tab
     tokens, _, _ = last(handlers.generate("abc", 30, 1.0, 0, 1.0, 5, request="a"))
     steps = ctx.registry.get("a").last_steps
-    assert tokens[0] == ("abc", None)
+    assert tokens[0] == ("↵\nabc", None)  # a task model's prompt starts on a new line, shown
     lows = [low for low, _, _ in PROBABILITY_BANDS] + [float("inf")]
     ranges = {label: (lows[i], lows[i + 1]) for i, (_, label, _) in enumerate(PROBABILITY_BANDS)}
     for (_, band), step in zip(tokens[1:], steps, strict=True):
@@ -127,13 +128,44 @@ def test_stop_waits_for_the_stream_to_end_and_shows_its_final_count(tab):
     stopping.join(timeout=10)
     session = ctx.registry.get("a")
     assert answer == [(session.last_text, f"{len(session.last_steps)} tokens. Click a token (or type its number) "
-                                          "to see what else the model considered.")]
+                                          "to see what else the model considered.  \n" + LINE_START_NOTE)]
     assert 0 < len(session.last_steps) < 100
 
 
 def test_stop_with_nothing_generated_changes_nothing(tab):
     _, handlers = tab
     assert handlers.stopped("fresh") == (SKIP, SKIP)
+
+
+# ---------------------------------------------------------------- a task model's prompt
+
+
+def test_a_task_models_prompt_starts_after_a_line_break_shown_and_said(tab):
+    """The copy task's lines each came after a line break, so the prompt gets one (once) as the model
+    reads it: in the text, as a ↵ in the tokens, and in words in the status."""
+    _, handlers = tab
+    for typed in ("ab", "\nab"):
+        tokens, text, status = last(handlers.generate(typed, 5, 0.0, 0, 1.0, -1, request="a"))
+        assert tokens[0] == ("↵\nab", None) and text.startswith("\nab") and not text.startswith("\n\n")
+        assert status.endswith("  \n" + LINE_START_NOTE)
+
+
+def test_questions_unlike_the_training_ones_are_named_and_still_answered(tab):
+    _, handlers = tab
+    _, text, status = last(handlers.generate("hello|", 5, 0.0, 0, 1.0, -1, request="a"))
+    assert text.startswith("\nhello|") and len(text) == len("\nhello|") + 5  # it still writes
+    assert status.endswith(f"{LINE_START_NOTE}  \n⚠️ This model was trained on 8-letter words (a–z) before `|`: "
+                           "`hello` has 5 letters. It never saw such a question, so what it writes for one is a guess.")
+    _, _, status = last(handlers.generate("a|\nbb|\nccc|\n|", 5, 0.0, 0, 1.0, -1, request="a"))
+    assert ("`a` has 1 letter; `bb` has 2 letters; `ccc` has 3 letters (and 1 more). It never saw" in status)
+
+
+def test_a_model_not_trained_on_a_task_reads_the_prompt_as_typed(tab):
+    ctx, handlers = tab
+    own = ctx.registry.get("a").trained
+    ctx.registry.get("text").trained = TrainedModel(own.model, own.tokenizer, "your text")  # no task
+    tokens, text, status = last(handlers.generate("ab", 5, 0.0, 0, 1.0, -1, request="text"))
+    assert tokens[0] == ("ab", None) and text.startswith("ab") and status.endswith("else the model considered.")
 
 
 # ---------------------------------------------------------------- requests the model cannot serve
@@ -158,7 +190,8 @@ def test_markdown_and_html_characters_are_shown_as_themselves(tab):
 
 @pytest.mark.parametrize("prompt, session, shown", [
     ("abc", "nobody", "There is no model yet: train one on the Train tab"),
-    ("abcdefghijklmnopq", "a", "The prompt is 17 tokens long; this model's context is 16 tokens."),
+    ("abcdefghijklmnop", "a", "The prompt is 17 tokens long (the line break before it included); this model's "
+                              "context is 16 tokens."),
 ])
 def test_a_prompt_the_model_cannot_take_is_answered_in_the_status(tab, prompt, session, shown):
     _, handlers = tab

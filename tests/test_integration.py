@@ -103,7 +103,7 @@ def test_trainings_share_the_server_instead_of_queueing(url, registry):
 def test_generate_streams_and_tokens_can_be_inspected(trained):
     job = trained.submit("abc", 40, 0.8, 0, 1.0, 5, api_name="/generate")
     tokens, text, status = job.result(timeout=60)
-    assert text.startswith("abc") and len(tokens) == 41 and status.startswith("40 tokens")
+    assert text.startswith("\nabc") and len(tokens) == 41 and status.startswith("40 tokens")  # a copy-task line
     assert all(isinstance(t["class_or_confidence"], str) for t in tokens[1:])  # a probability band's name
     figure, info = trained.predict(2, api_name="/inspect_token")
     assert info.startswith("Token 2") and figure is not None
@@ -166,7 +166,8 @@ def test_bad_training_input_through_the_api(url, changes, message):
 
 def test_bad_generation_input_through_the_api(trained):
     # A prompt the model cannot take is answered in the status; the last output stays.
-    assert "17 tokens long" in trained.predict("abcdefghijklmnopq", 10, 1.0, 0, 1.0, None, api_name="/generate")[2]
+    assert "17 tokens long (the line break before it included)" in trained.predict(
+        "abcdefghijklmnop", 10, 1.0, 0, 1.0, None, api_name="/generate")[2]
     assert "not in this model's vocabulary" in trained.predict("ABC", 10, 1.0, 0, 1.0, None, api_name="/generate")[2]
     with pytest.raises(AppError, match="Top-p must be at least 0.01"):
         trained.predict("abc", 10, 1.0, 0, -1.0, None, api_name="/generate")

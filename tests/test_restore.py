@@ -166,7 +166,7 @@ def test_an_idle_model_makes_room_through_the_store_and_comes_back_on_its_owners
         assert "first" not in demo.registry and demo.registry.counts()["models"] == 1
         time.sleep(0.3)  # (the second's model, just trained, is not set aside at once)
         tokens, text, status = app.ok("generate", GENERATE, "first")  # its next click: the model is back
-        assert text.startswith(GENERATE[0]) and "tokens" in status
+        assert text.startswith("\n" + GENERATE[0]) and "tokens" in status  # (a task model's prompt starts a line)
         assert demo.registry.peek("first").trained.step == TINY["steps"]
         assert "second" not in demo.registry  # idle now, it made room in turn
 

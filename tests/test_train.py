@@ -8,7 +8,7 @@ import torch
 
 from core import checkpoint
 from core.config import GPTConfig
-from core.data import TokenData, answer_mask, get_batch, induction_corpus, repeat_corpus
+from core.data import CORPORA, TokenData, answer_mask, get_batch
 from core.model import GPT
 from core.optim import learning_rate_at
 from core.tokenizers import CharTokenizer
@@ -16,7 +16,7 @@ from core.data import every_window_has_an_answer as _every_window_has_an_answer
 from core.config import TrainConfig
 from core.train import Trainer
 
-TEXT = repeat_corpus(n_lines=300)
+TEXT = CORPORA["repeat"].task.corpus(n_lines=300)
 TOKENIZER = CharTokenizer.from_text(TEXT)
 
 
@@ -339,7 +339,7 @@ def test_trained_on_answers_alone_the_live_sample_answers_validation_questions()
     assert trainer.sample() == trainer.sample()  # seeded by the step: the same model gives the same sample
 
 
-@pytest.mark.parametrize("text", [repeat_corpus(n_lines=300), induction_corpus(n_lines=300)],
+@pytest.mark.parametrize("text", [CORPORA[name].task.corpus(n_lines=300) for name in ("repeat", "induction")],
                          ids=["repeat", "induction"])
 def test_answers_only_needs_an_answer_in_every_window_it_can_draw(text):
     """The quick check agrees with answer_mask run on every window, at the context where it flips."""

@@ -3,6 +3,10 @@
 Events: /generate (streams), /inspect_token (one token's probability and top alternatives), and
 UI-only ones that mark the inspected token in the shaded text.
 
+A model trained on a synthetic task (core.data.Task) writes its lines: its prompt starts on a new line,
+as every line it trained on did, and the status says so, and names the prompt's questions unlike
+any it trained on (a word of another length, say), whose answers are guesses.
+
 A learner's mistake never marks the outputs as failed. A request the model cannot serve (no model
 yet, characters it has never seen, a prompt longer than its context, a job already running) is
 answered in the status with a warning toast, and the previous output stays as it was. Every event
@@ -47,6 +51,9 @@ PROBABILITY_BANDS = (  # (lowest probability, legend label, colour)
 INSPECTED = "inspected token"  # the clicked token's category: amber, as its bar in the chart
 COLOR_MAP = {label: color for _, label, color in PROBABILITY_BANDS} | {INSPECTED: CHOSEN_COLOR}
 MAX_UNKNOWN_SHOWN = 20  # characters of a refused prompt listed in the status
+LINE_START_NOTE = ("↵ The prompt starts after a line break, as every line this model trained on did: that is how "
+                   "the model finds where a question begins.")
+MAX_UNLIKE_SHOWN = 3  # a task model's questions unlike its training, listed in the status
 MAX_VOCABULARY_SHOWN = 80  # entries (a character or a range like a–z) of a vocabulary listed
 WHITESPACE_NAMES = {"\n": "newline", " ": "space", "\t": "tab", "\r": "carriage return"}
 
@@ -79,7 +86,7 @@ class GenerateHandlers:
                 raise Refusal(f"This session is already running {running}; wait for it to finish or press Stop.")
             with self.registry.job(request, "generation") as session:
                 reading = session.reading  # the session's model or a pretrained one, as the picker says
-                prompt_ids = _prompt_ids(reading, prompt)
+                prompt, prompt_ids = _model_prompt(reading, prompt)
                 yield from _stream(session, reading, prompt, prompt_ids, sampling)
         except Refusal as refusal:
             yield _refused(refusal)
@@ -138,7 +145,8 @@ class GenerateHandlers:
             time.sleep(0.02)
         if not session.last_steps:
             return gr.skip(), gr.skip()
-        return session.last_text, _done(session.last_steps)
+        notes = _notes(session.reading, _prompt_of(session))
+        return session.last_text, _with_notes(_done(session.last_steps), notes)
 
     def model_info(self, request: gr.Request) -> str:
         """One line about the model the tab reads (and why one built without the causal mask writes
@@ -154,21 +162,25 @@ class GenerateHandlers:
 # ------------------------------------------------------------------ generation
 
 
-def _prompt_ids(reading: TrainedModel | None, prompt: str) -> list[int]:
-    """The prompt as the model the tab reads takes it; a Refusal if that model cannot take it."""
+def _model_prompt(reading: TrainedModel | None, prompt: str) -> tuple[str, list[int]]:
+    """The prompt as the model the tab reads takes it, as text and token ids: a task model's starts on
+    a new line, as the lines it trained on did. A Refusal if that model cannot take it."""
     if reading is None:
         raise Refusal(NO_MODEL.replace("**", ""))
-    model, tokenizer = reading.model, reading.tokenizer
+    model, tokenizer, typed = reading.model, reading.tokenizer, prompt
+    if reading.task is not None:
+        prompt = reading.task.as_line(prompt)
     if isinstance(tokenizer, CharTokenizer):
         _check_characters(prompt, tokenizer)
     if not prompt:
-        return [_start_token(tokenizer)]
+        return prompt, [_start_token(tokenizer)]
     with validate.user_errors():
         ids = tokenizer.encode(prompt)
     if len(ids) > model.config.block_size:
-        raise Refusal(f"The prompt is {len(ids)} tokens long; this model's context is {model.config.block_size} "
-                      "tokens.", "Shorten the prompt (or train a model with a larger block size).")
-    return ids
+        line_start = " (the line break before it included)" if prompt != typed else ""
+        raise Refusal(f"The prompt is {len(ids)} tokens long{line_start}; this model's context is "
+                      f"{model.config.block_size} tokens.", "Shorten the prompt (or train a model with a larger block size).")
+    return prompt, ids
 
 
 def _check_characters(prompt: str, tokenizer: CharTokenizer) -> None:
@@ -192,6 +204,7 @@ def _stream(session: Session, reading: TrainedModel, prompt: str, prompt_ids: li
     session keeps the steps for inspection and the text for the Attention tab."""
     steps: list[TokenStep] = []
     session.last_steps, session.last_text = steps, prompt
+    notes = _notes(reading, prompt)
     last_ui = 0.0
     with validate.user_errors():
         tokens = stream(reading.model, reading.tokenizer, prompt_ids, **sampling, generator=session.generator,
@@ -201,8 +214,9 @@ def _stream(session: Session, reading: TrainedModel, prompt: str, prompt_ids: li
             session.last_text += step.text
             if time.monotonic() - last_ui >= UI_INTERVAL_S:
                 last_ui = time.monotonic()
-                yield _highlighted(prompt, steps), session.last_text, f"Generating... {len(steps)} tokens"
-    yield _highlighted(prompt, steps), session.last_text, _done(steps)
+                status = _with_notes(f"Generating... {len(steps)} tokens", notes)
+                yield _highlighted(prompt, steps), session.last_text, status
+    yield _highlighted(prompt, steps), session.last_text, _with_notes(_done(steps), notes)
 
 
 def _refused(refusal: Refusal) -> tuple:
@@ -213,6 +227,27 @@ def _refused(refusal: Refusal) -> tuple:
 
 def _done(steps: list[TokenStep]) -> str:
     return f"{len(steps)} tokens. Click a token (or type its number) to see what else the model considered."
+
+
+def _notes(reading: TrainedModel | None, prompt: str) -> str:
+    """For a task model, what the status says about `prompt` (as the model read it): that it starts on a
+    new line, and which of its questions are unlike every one the model trained on. "" for other models."""
+    task = reading.task if reading is not None else None
+    if task is None:
+        return ""
+    notes = [LINE_START_NOTE]
+    unlike = task.unlike_training(prompt)
+    if unlike:
+        shown = "; ".join(f"{_code(question) if question else 'an empty question'} {difference}"
+                          for question, difference in unlike[:MAX_UNLIKE_SHOWN])
+        more = f" (and {len(unlike) - MAX_UNLIKE_SHOWN} more)" if len(unlike) > MAX_UNLIKE_SHOWN else ""
+        notes.append(f"⚠️ This model was trained on {task.questions()} before {_code(task.separator)}: "
+                     f"{shown}{more}. It never saw such a question, so what it writes for one is a guess.")
+    return "  \n".join(notes)
+
+
+def _with_notes(status: str, notes: str) -> str:
+    return f"{status}  \n{notes}" if notes else status
 
 
 def _start_token(tokenizer: Tokenizer) -> int:
@@ -230,8 +265,8 @@ def _start_token(tokenizer: Tokenizer) -> int:
 def _highlighted(prompt: str, steps: list[TokenStep], inspected: int | None = None) -> list[tuple[str, str | None]]:
     """HighlightedText entries: the prompt unshaded, then each token in its probability band (the
     inspected one, 1-based, in its own colour). A newline token gets a visible ↵ before its line
-    break, so it can be seen and clicked."""
-    return [(prompt, None)] + [
+    break, so it can be seen and clicked; so does a line break in the prompt."""
+    return [(prompt.replace("\n", "↵\n"), None)] + [
         ((step.text or "�").replace("\n", "↵\n"), INSPECTED if number == inspected else _band(step.prob))
         for number, step in enumerate(steps, start=1)
     ]

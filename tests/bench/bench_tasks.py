@@ -25,12 +25,20 @@ induction task it ends with the shuffle test (`shuffled_halves`): does the best 
 letter, as an induction head does, or the position, as a head that counts does? Then activation
 patching on the Attention tab's copy pair (`playground.tabs.attention.patching.PAIRS[0]`): which head's
 clean output brings back most of the answer, beside the head the probe scores highest.
+
+Then the prompts a learner types on the Generate tab, greedily (`typed_prompts`): each example of the
+task that the README and the preset texts show (its question and separator, typed exactly as shown)
+and 20 random questions of the task. An answer is right when the model writes the task's answer and
+ends the line. The Generate tab puts a line break before a task model's prompt (`Task.as_line`), as
+every training line had one; the figure without it shows why.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import random
+import re
 import sys
 from pathlib import Path
 
@@ -40,13 +48,17 @@ import torch  # noqa: E402
 
 from core.attention import is_induction_head, probe_induction  # noqa: E402
 from core.attribution import patch  # noqa: E402
-from core.data import CORPORA, TokenData  # noqa: E402
+from core.data import CORPORA, Task, TokenData  # noqa: E402
 from core.model import GPT  # noqa: E402
 from core.presets import PRESETS, preset_configs, preset_corpus  # noqa: E402
+from core.sample import generate  # noqa: E402
+from core.tokenizers import Tokenizer  # noqa: E402
 from core.train import Trainer  # noqa: E402
 from playground.tabs.attention.patching import PAIRS  # noqa: E402
 
 PHASE_CHANGE = 0.5  # the second-half accuracy that marks the phase change
+README = Path(__file__).resolve().parents[2] / "README.md"
+N_RANDOM_QUESTIONS = 20  # the default of --questions
 
 
 def targets(task: str, line: torch.Tensor, word: int) -> list[tuple[int, list[int]]]:
@@ -123,6 +135,54 @@ def shuffled_halves(model: GPT, val: torch.Tensor, newline: int, separator: int,
     return torch.stack(letter_share).mean().item(), torch.stack(position_share).mean().item()
 
 
+def shown_examples(task: Task, text: str) -> list[tuple[str, str]]:
+    """(question, the answer shown after it, maybe '') for each line of `task` that `text` shows: a question
+    of the task's characters, its separator, then the answer if the text writes one (`"qwhzbkad|"`)."""
+    alphabet = re.escape(task.alphabet)  # a range would need its ends; the characters themselves will do
+    found = re.findall(rf"(?<![\w&])([{alphabet}]+){re.escape(task.separator)}([{alphabet}]*)(?![\w])", text)
+    return [(question, shown) for question, shown in found if task.shortest <= len(question) <= task.longest]
+
+
+def preset_examples(name: str) -> list[str]:
+    """The questions of preset `name`'s task that the README and the preset's description show, each once."""
+    task = CORPORA[PRESETS[name].corpus].task
+    found = shown_examples(task, README.read_text()) + shown_examples(task, PRESETS[name].description)
+    return list(dict.fromkeys(question for question, _ in found))
+
+
+@torch.no_grad()
+def typed_answer(model: GPT, tokenizer: Tokenizer, task: Task, prompt: str, line_start: bool = True) -> str:
+    """What the model writes greedily after `prompt`, given as the Generate tab gives it to a task model
+    (after a line break; `line_start=False`: as typed), up to and with the line break that ends the line."""
+    ids = tokenizer.encode(task.as_line(prompt) if line_start else prompt)
+    device = next(model.parameters()).device
+    written = generate(model.eval(), torch.tensor([ids], device=device), task.longest + 1, temperature=0)
+    text = tokenizer.decode(written[0, len(ids):].tolist())
+    return text[:text.index("\n") + 1] if "\n" in text else text
+
+
+def typed_prompts(name: str, model: GPT, tokenizer: Tokenizer, seed: int, n_random: int) -> str:
+    """How many of the preset's shown examples, and of `n_random` random questions, the model answers right
+    when each is typed as a learner types it (question and separator); and how many without the line break."""
+    task = CORPORA[PRESETS[name].corpus].task
+    rng = random.Random(f"typed questions {seed}")  # fresh questions, not the corpus's (its seed is 0)
+    randoms = [task.question(rng) for _ in range(n_random)]
+
+    def wrong(questions: list[str], line_start: bool = True) -> list[str]:
+        return [question + task.separator for question in questions
+                if typed_answer(model, tokenizer, task, question + task.separator, line_start)
+                != task.answer(question) + "\n"]
+
+    shown = preset_examples(name)
+    wrong_shown, wrong_random = wrong(shown), wrong(randoms)
+    wrong_bare = wrong(shown + randoms, line_start=False)
+    return (f"typed: shown examples {len(shown) - len(wrong_shown)}/{len(shown)} right "
+            f"({', '.join(q + task.separator for q in shown)}), random questions "
+            f"{len(randoms) - len(wrong_random)}/{len(randoms)} right; without the line break before them "
+            f"{len(shown) + len(randoms) - len(wrong_bare)}/{len(shown) + len(randoms)} right"
+            + (f"; wrong: {', '.join(wrong_shown + wrong_random)}" if wrong_shown or wrong_random else ""))
+
+
 def induction_probe(model: GPT) -> str:
     """The Attention tab's verdict: the best probe score past layer 0 and the induction heads."""
     scores = probe_induction(model)
@@ -158,6 +218,8 @@ def main() -> None:
     parser.add_argument("--seeds", default=None, help="comma-separated seeds, one run each (default: the preset's)")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (default: cpu)")
+    parser.add_argument("--questions", type=int, default=N_RANDOM_QUESTIONS,
+                        help=f"random questions typed after training (default: {N_RANDOM_QUESTIONS})")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -168,10 +230,10 @@ def main() -> None:
     seeds = [int(seed) for seed in args.seeds.split(",")] if args.seeds else [None]
     for name in args.presets:
         for seed in seeds:
-            run(name, {"device": args.device, **overrides, **({} if seed is None else {"seed": seed})})
+            run(name, {"device": args.device, **overrides, **({} if seed is None else {"seed": seed})}, args.questions)
 
 
-def run(name: str, overrides: dict) -> None:
+def run(name: str, overrides: dict, n_questions: int) -> None:
     """Train one preset (as the app does: weights and batches from the seed), printing each evaluation.
     The task is the preset's corpus: `induction-rope` is the `induction` task."""
     task = PRESETS[name].corpus
@@ -197,6 +259,8 @@ def run(name: str, overrides: dict) -> None:
           f"({model.parameter_counts()['total']:,} parameters); second-half accuracy {accuracy:.3f} "
           f"(phase change at step {phase_change}), best head {score:.3f} ({best}), best head per query "
           f"{per_query:.3f}, {induction_probe(model)}", flush=True)
+    typed = typed_prompts(name, model, tokenizer, train_config.seed, n_questions)
+    print(f"{name} seed {train_config.seed}: {typed}", flush=True)
     if task == "induction":
         letter, position = shuffled_halves(model, data.val, newline, separator, best)
         print(f"{name} seed {train_config.seed}: on lines whose second half is shuffled, {best} puts {letter:.2f} "

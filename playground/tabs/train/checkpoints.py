@@ -17,6 +17,8 @@ import gradio as gr
 from core.checkpoint import load as load_checkpoint_file
 from core.checkpoint import load_trainer_state, save_archive
 from core.config import stage_of
+from core.data import CORPORA, Task
+from core.presets import PRESETS
 from playground import validate
 from playground.figures import note_figure
 from playground.figures.training import loss_figure
@@ -79,7 +81,7 @@ class CheckpointHandlers(FormRules):
             resume_state = load_trainer_state(path, config=model.config, max_history=self.settings.max_iters)
         self.registry.claim_model(session, training_bytes(model.parameter_counts()["total"]))
         session.trained = TrainedModel(model.train(), tokenizer, meta.get("corpus") or source,
-                                       meta.get("history", []), resume_state=resume_state)
+                                       meta.get("history", []), resume_state=resume_state, task=_task(meta))
         session.pretrained = None  # Generate and Attention follow the model just loaded, not GPT-2
         session.last_text, session.last_steps = "", []
         return meta
@@ -98,3 +100,13 @@ class CheckpointHandlers(FormRules):
             **switches(config, stage_of(config)),  # a bigram's switches stay on: its stage has none
             **modern_parts(config),
         }
+
+
+def _task(meta: dict) -> Task | None:
+    """The synthetic task a checkpoint's model trained on, as its meta says: the app saves the corpus's
+    title, the command line its preset (and a text file's name when it trained on that instead)."""
+    for info in CORPORA.values():
+        if info.title == meta.get("corpus"):
+            return info.task
+    preset = PRESETS.get(meta.get("preset"))
+    return CORPORA[preset.corpus].task if preset is not None and not meta.get("text_file") else None

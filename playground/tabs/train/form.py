@@ -25,7 +25,7 @@ import gradio as gr
 import torch
 
 from core.config import STAGES, GPTConfig, stage_of
-from core.data import CORPORA, check_user_text, read_text_file
+from core.data import CORPORA, Task, check_user_text, read_text_file
 from core.model import GPT
 from core.presets import PRESETS, get_preset, preset_configs
 from playground import validate
@@ -170,6 +170,11 @@ class Recipe:
                 if not self.model[name]:
                     options.update(_switched_off(name))
             return preset_configs(self.preset, vocab_size, **options)
+
+    @property
+    def task(self) -> Task | None:
+        """The synthetic task the corpus is, if it is one."""
+        return CORPORA[self.corpus].task if self.corpus in CORPORA else None
 
     @property
     def corpus_title(self) -> str:

@@ -181,7 +181,7 @@ class RunHandlers(FormRules):
         movie = movie_for_run(trained.movie if trained is not None else None, trainer, train_config.max_iters)
         run = trained.run if trained is not None and trained.run else session.runs.new_number()
         session.trained = TrainedModel(model, fresh, recipe.corpus_title, trainer.history, trainer, train_config,
-                                       movie=movie, run=run)
+                                       movie=movie, run=run, task=recipe.task)
         return trainer, train_config.max_iters, note
 
     def _tokens(self, recipe: Recipe, text: str, tokenizer: Tokenizer, block_size: int) -> TokenData:
