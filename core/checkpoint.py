@@ -25,6 +25,7 @@ Never imports the training loop (a training state is a plain dict here), gradio,
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
@@ -84,23 +85,6 @@ def _unique_state(model: GPT) -> dict[str, torch.Tensor]:
     return state
 
 
-def _encode(model: GPT, tokenizer: Tokenizer, meta: dict | None) -> tuple[bytes, bytes]:
-    if tokenizer.vocab_size != model.config.vocab_size:
-        raise ValueError(
-            f"the tokenizer has {tokenizer.vocab_size} tokens but the model {model.config.vocab_size}"
-        )
-    description = {
-        "format": FORMAT, "version": VERSION, "model": model.config.to_dict(),
-        "tokenizer": tokenizer.spec(), "meta": meta or {},
-    }
-    try:
-        config = json.dumps(description, indent=2, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"meta must be plain JSON data (numbers, strings, lists, dicts): {error}") from None
-    weights = {name: t.detach().to("cpu", torch.float32).contiguous() for name, t in _unique_state(model).items()}
-    return save_safetensors_bytes(weights), config
-
-
 def _write_atomic(path: Path, data: bytes) -> None:
     """Write to a temporary file beside `path`, then rename: a crash never leaves half a file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".part")
@@ -135,16 +119,13 @@ def save(path: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict | None =
     With `trainer_state` (`Trainer.state_dict()`), training can later resume exactly; without it,
     a trainer file left from an earlier save is removed, so the folder never mixes two runs.
     """
-    weights, config = _encode(model, tokenizer, meta)
-    trainer = None if trainer_state is None else encode_trainer_state(trainer_state)
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
-    _write_atomic(folder / WEIGHTS_FILE, weights)
-    _write_atomic(folder / CONFIG_FILE, config)
-    if trainer is None:
-        (folder / TRAINER_FILE).unlink(missing_ok=True)
-    else:
-        _write_atomic(folder / TRAINER_FILE, trainer)
+    for name, data in encode(model, tokenizer, meta, trainer_state).files.items():
+        if data is None:
+            (folder / name).unlink(missing_ok=True)
+        else:
+            _write_atomic(folder / name, data)
     return folder
 
 
@@ -157,6 +138,10 @@ class Encoded:
     weights: bytes
     trainer: bytes | None = None
 
+    @property
+    def files(self) -> dict[str, bytes | None]:
+        return {CONFIG_FILE: self.config, WEIGHTS_FILE: self.weights, TRAINER_FILE: self.trainer}
+
     def write_archive(self, path: str | Path, compress: bool = True) -> Path:
         """Write it as one .zip file (suffix added if missing), atomically; returns its path. Without
         `compress` it is written 200x faster and 20% larger (float weights hardly compress)."""
@@ -164,25 +149,28 @@ class Encoded:
         if archive.suffix != ".zip":
             archive = archive.with_name(archive.name + ".zip")
         archive.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=archive.parent, prefix=archive.name, suffix=".part")
-        os.close(fd)
-        try:
-            with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as zf:
-                zf.writestr(CONFIG_FILE, self.config)
-                zf.writestr(WEIGHTS_FILE, self.weights)
-                if self.trainer is not None:
-                    zf.writestr(TRAINER_FILE, self.trainer)
-            os.replace(tmp, archive)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        packed = io.BytesIO()
+        with zipfile.ZipFile(packed, "w", compression=zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as zf:
+            for name, data in self.files.items():
+                if data is not None:
+                    zf.writestr(name, data)
+        _write_atomic(archive, packed.getvalue())
         return archive
 
 
 def encode(model: GPT, tokenizer: Tokenizer, meta: dict | None = None, trainer_state: dict | None = None) -> Encoded:
     """The checkpoint's files as bytes (copies: the model may change right after)."""
-    weights, config = _encode(model, tokenizer, meta)
-    return Encoded(config, weights, None if trainer_state is None else encode_trainer_state(trainer_state))
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model {model.config.vocab_size}")
+    description = {"format": FORMAT, "version": VERSION, "model": model.config.to_dict(),
+                   "tokenizer": tokenizer.spec(), "meta": meta or {}}
+    try:
+        config = json.dumps(description, indent=2, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"meta must be plain JSON data (numbers, strings, lists, dicts): {error}") from None
+    weights = {name: t.detach().to("cpu", torch.float32).contiguous() for name, t in _unique_state(model).items()}
+    return Encoded(config, save_safetensors_bytes(weights),
+                   None if trainer_state is None else encode_trainer_state(trainer_state))
 
 
 def save_archive(path: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict | None = None,
