@@ -5,7 +5,7 @@ looks its session up by `request.session_hash`, which Gradio gives each browser 
 gradio_client `Client`:
 
     session = ctx.registry.get(request)       # created on first use; raises gr.Error if it expired
-    ctx.registry.claim_model(session)          # before giving it a model: may refuse, "server full"
+    ctx.registry.claim_model(session, nbytes)  # before giving it a model: may make room, or refuse
     with ctx.registry.job(request, "training") as session:
         ...                                    # at most one heavy job per session at a time
 

@@ -37,7 +37,7 @@ def test_the_texts_show_each_task_with_right_answers(name):
 
 
 def test_the_default_lesson_copies_what_a_learner_types():
-    ctx = AppContext(settings=Settings(), registry=SessionRegistry(10, 600), model_changed=None, tabs=None)
+    ctx = AppContext(settings=Settings(), registry=SessionRegistry(10**9, 600), model_changed=None, tabs=None)
     train = TrainHandlers(ctx)
     form = train.default_form()
     assert (form.preset, form.corpus, form.steps, form.seed) == ("repeat", "repeat", 250, 1337)
