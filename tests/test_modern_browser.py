@@ -32,27 +32,32 @@ def test_rope_and_grouped_queries_train_from_the_modern_parts(open_page, width, 
     assert_no_errors(page)
 
 
-@pytest.mark.parametrize("width, height, name", [(1366, 900, "desktop"), (390, 844, "phone")])
-def test_the_llama_style_preset_trains_and_its_steps_show_ropes_turn(open_page, width, height, name):  # noqa: F811
-    page = open_page(width, height)
+def test_the_llama_style_preset_trains_and_its_steps_show_ropes_turn(open_page):  # noqa: F811
+    """Trained once at a laptop's width, then the same page (its model, its analysis) on a phone's."""
+    page = open_page(1366, 900)
     page.goto(page.url.split("?")[0] + "?preset=llama-style&steps=30")  # the preset, as a teacher's link gives it
     page.locator("#param-count").filter(has_text="RMSNorms").filter(has_not_text="position embedding").wait_for()
     set_number(page, "Steps", 30)
     page.locator("#train-button").click()
     page.locator("#train-status").filter(has_text="Done: 30 steps").wait_for()
-    page.locator("#live-attention .js-plotly-plot").wait_for()
-    page.locator("#movie-note").filter(has_text="Replay:").wait_for()
-    page.screenshot(path=str(SCREENSHOTS / f"modern-llama-style-train-{name}.png"), full_page=True)
+    for name, viewport in (("desktop", None), ("phone", {"width": 390, "height": 844})):
+        if viewport:
+            page.set_viewport_size(viewport)
+            open_tab(page, "Train")
+        page.locator("#live-attention .js-plotly-plot").wait_for()
+        page.locator("#movie-note").filter(has_text="Replay:").wait_for()
+        page.screenshot(path=str(SCREENSHOTS / f"modern-llama-style-train-{name}.png"), full_page=True)
 
-    open_tab(page, "Attention")
-    page.locator("#attention-text textarea").fill("ROMEO:\nBut soft, what light through yonder window breaks?")
-    page.locator("#attention-run").click()
-    page.locator("#attention-status").get_by_text("tokens", exact=False).first.wait_for()
-    page.locator("#steps-section").get_by_text("Inside one head: step by step", exact=True).click()
-    page.locator("#steps-run").click()
-    page.locator("#steps-note").get_by_text("Rotary positions (RoPE)").wait_for()
-    page.locator("#steps-vectors .main-svg").first.wait_for()
-    assert page.locator("#steps-vectors").get_by_text("before RoPE").count() >= 1
-    page.locator("#steps-section").scroll_into_view_if_needed()
-    page.screenshot(path=str(SCREENSHOTS / f"modern-llama-style-steps-{name}.png"), full_page=True)
+        open_tab(page, "Attention")
+        if not viewport:  # analysed once; the phone shows the same figures
+            page.locator("#attention-text textarea").fill("ROMEO:\nBut soft, what light through yonder window breaks?")
+            page.locator("#attention-run").click()
+            page.locator("#attention-status").get_by_text("tokens", exact=False).first.wait_for()
+            page.locator("#steps-section").get_by_text("Inside one head: step by step", exact=True).click()
+            page.locator("#steps-run").click()
+        page.locator("#steps-note").get_by_text("Rotary positions (RoPE)").wait_for()
+        page.locator("#steps-vectors .main-svg").first.wait_for()
+        assert page.locator("#steps-vectors").get_by_text("before RoPE").count() >= 1
+        page.locator("#steps-section").scroll_into_view_if_needed()
+        page.screenshot(path=str(SCREENSHOTS / f"modern-llama-style-steps-{name}.png"), full_page=True)
     assert_no_errors(page)
