@@ -106,8 +106,8 @@ def test_bad_values_get_a_message_naming_the_field_and_keep_the_model(handlers, 
 
 
 def test_patching_keeps_to_the_servers_budget_and_circuits_to_small_vocabularies(session):
-    assert CORRUPTED.index("q") == 5  # the pair differs from token 5 on: nothing before it is patched
-    budget = patch_macs(session.model.config, 8, 5)
+    assert CORRUPTED.index("q") == 6  # the pair differs from token 6 on: nothing before it is patched
+    budget = patch_macs(session.model.config, 8, 6)
     assert patch_macs(session.model.config, 8, 0) > budget  # the same texts, differing from the start: more
     ctx = make_ctx(max_attention_tokens=20, max_importance_gmacs=budget / 1e9)
     handlers = tab.AttentionHandlers(ctx)
@@ -115,7 +115,7 @@ def test_patching_keeps_to_the_servers_budget_and_circuits_to_small_vocabularies
     handlers.analyse(TEXT, "alice")
     with pytest.raises(gr.Error, match="for this model this server patches at most 8"):
         handlers.patching(CLEAN, CORRUPTED, "alice")
-    handlers.patching("abcdefg|", "abcdeqg|", "alice")  # 8 tokens fit
+    handlers.patching("\nabcdefg", "\nabcdeqg", "alice")  # 8 tokens fit
     give_model(ctx, "bob", vocab_size=600)  # its character tokenizer writes only the first 29 ids
     handlers.analyse(TEXT, "bob")
     # too large a vocabulary: a note in place of the figures (three plots marked "Error" teach nothing)

@@ -19,8 +19,9 @@ from playground.tabs.attention.common import AttentionBase, Page, head_name, md,
 CLEARED = {"note": "", "residual": None, "heads": None}
 # Pairs that teach, (clean, corrupted): the same length in tokens, one change the answer depends on.
 PAIRS = [
-    # The copy task: the earlier copy's letter after "e" changed, so an induction head copies q, not f.
-    ("abcdefg|abcde", "abcdeqg|abcde"),
+    # The copy tasks: the earlier copy's letter after "e" changed, so the copying head copies q, not f. A line
+    # break first and 8 letters, as every training line of `repeat` (and many of `induction`) had them.
+    ("\nabcdefgh|abcde", "\nabcdeqgh|abcde"),
     # GPT-2 and SmolLM2: the indirect-object sentence (Wang et al. 2022) with the second name swapped, so
     # the answer flips from " Mary" to " John". In GPT-2's vocabulary both texts have 14 tokens (a test checks they
     # match); a model whose tokenizer splits them unevenly keeps the copy pair (`fitting_pair`) or its own texts.
