@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int)
     train.add_argument("--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")
     train.add_argument("--dtype", choices=["auto", "float32", "bfloat16"],
-                       help="autocast dtype (auto: bfloat16 on CUDA and on CPUs with native bfloat16, "
-                            "AVX512-BF16 or AMX; float32 elsewhere)")
+                       help="autocast dtype (auto: bfloat16 on CUDA and on CPUs with Intel's AMX; "
+                            "float32 elsewhere)")
     train.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model")
     train.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     train.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",

@@ -7,6 +7,8 @@ A checkpoint is a folder (or a .zip of the same two files, for downloads and upl
     trainer.safetensors optional: what training needs to go on exactly where it stopped (AdamW's
                         moments, the batch and dropout random states; the step, elapsed time, loss
                         curve and optimizer settings as JSON in the file's metadata)
+    runs.safetensors    optional: the runs kept to compare beside it (`core.runs.encode_runs`); the app's
+                        state store keeps them with each session's model
 
 Everything read is checked, and any problem (bad JSON, a missing or extra tensor, a wrong
 shape, NaN or infinite values, a truncated file, an oversized file or zip member) is a
@@ -45,6 +47,7 @@ from safetensors.torch import save as save_safetensors_bytes
 from core.config import GPTConfig
 from core.jsonvalues import as_float, clipped, is_count, shown
 from core.model import GPT
+from core.runs import ENCODED_RUNS_BYTES, RunLog, decode_runs
 from core.tokenizers import Tokenizer, tokenizer_from_spec
 
 FORMAT = "attention-playground-checkpoint"
@@ -52,6 +55,7 @@ VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TRAINER_FILE = "trainer.safetensors"
+RUNS_FILE = "runs.safetensors"
 MAX_WEIGHTS_BYTES = 2 << 30  # 2 GiB: GPT-2 small in float32 is 0.5 GiB
 MAX_CONFIG_BYTES = 4 << 20  # a character vocabulary is small; 4 MiB is generous
 MAX_TRAINER_BYTES = 2 * MAX_WEIGHTS_BYTES + (64 << 20)  # two moments per weight, plus the curve
@@ -137,10 +141,11 @@ class Encoded:
     config: bytes
     weights: bytes
     trainer: bytes | None = None
+    runs: bytes | None = None  # core.runs.encode_runs
 
     @property
     def files(self) -> dict[str, bytes | None]:
-        return {CONFIG_FILE: self.config, WEIGHTS_FILE: self.weights, TRAINER_FILE: self.trainer}
+        return {CONFIG_FILE: self.config, WEIGHTS_FILE: self.weights, TRAINER_FILE: self.trainer, RUNS_FILE: self.runs}
 
     def write_archive(self, path: str | Path, compress: bool = True) -> Path:
         """Write it as one .zip file (suffix added if missing), atomically; returns its path. Without
@@ -450,6 +455,16 @@ def load_trainer_state(path: str | Path, *, config: GPTConfig | None = None,
     with _opened(Path(path)) as source:
         data = _read(source, TRAINER_FILE, limit)
     return None if data is None else decode_trainer_state(data, max_history)
+
+
+def load_runs(path: str | Path) -> RunLog | None:
+    """The runs kept to compare beside a checkpoint (`Encoded.runs`), or None if it has none."""
+    with _opened(Path(path)) as source:
+        data = _read(source, RUNS_FILE, ENCODED_RUNS_BYTES)
+    try:
+        return None if data is None else decode_runs(data)
+    except ValueError as error:
+        raise CheckpointError(f"{RUNS_FILE}: {error}") from None
 
 
 def decode_trainer_state(data: bytes, max_history: int = MAX_HISTORY_ROWS) -> dict:

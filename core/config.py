@@ -239,7 +239,7 @@ class TrainConfig:
     attention_interval: int = 0  # 0 = no attention snapshots
     device: str = "auto"  # 'auto' = cuda > mps > cpu
     compile: bool = False
-    dtype: str = "auto"  # autocast: 'auto' = bfloat16 where the hardware has it natively (see autocast_dtype)
+    dtype: str = "auto"  # autocast: 'auto' = bfloat16 where it is faster (see autocast_dtype)
     # Train (and evaluate) on a task corpus's answers only (core.data.answer_mask): its questions
     # are random, and their gradients are noise that delays learning the answers about two-fold.
     answers_only: bool = False

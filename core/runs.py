@@ -11,20 +11,30 @@ Continuing a run replaces its record (same number); a new run pushes the oldest 
 bounded whatever the run: curves are thinned to CURVE_POINTS and the attention (float16) is kept
 only while it fits max_bytes // max_runs.
 
+A log travels as safetensors bytes (`encode_runs`, `decode_runs`): the maps as tensors, the rest as
+JSON metadata, every field checked on the way back (the state store keeps it beside a checkpoint).
+
 Never imports the training loop (a run is recorded from plain values), gradio, plotly or `playground`.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 
 import torch
+from safetensors.torch import load as load_safetensors_bytes
+from safetensors.torch import save as save_safetensors_bytes
 
 from core.attention import entropy_bits
 from core.config import GPTConfig
 
 RUNS_KEPT = 4
 RUNS_BYTES = 2 * 2**20  # every kept run's attention together (sixty learners: 120 MiB at most)
+# `encode_runs`' bytes at most: the maps, plus each run's curves (CURVE_POINTS training losses, and up to
+# an evaluation a step) and settings as JSON
+ENCODED_RUNS_BYTES = RUNS_BYTES + (8 << 20)
 CURVE_POINTS = 600  # training-loss points kept per run: what a chart can show anyway
 # The settings a comparison may differ in, as a label names them: model fields (GPTConfig), then
 # training ones (TrainConfig). A switch reads "no causal mask" when off, an option left out "no window".
@@ -117,6 +127,11 @@ class RunLog:
         self._numbered += 1
         return self._numbered
 
+    @property
+    def last_number(self) -> int:
+        """The number the latest run got (0: none yet)."""
+        return self._numbered
+
     def keep(self, record: RunRecord) -> None:
         """Keep `record`, replacing the run's earlier record; past `max_runs`, the oldest goes."""
         self.records = [r for r in self.records if r.number != record.number] + [record]
@@ -136,3 +151,67 @@ def varying_fields(records: list[RunRecord]) -> list[str]:
     """The compared settings (model first, then training) whose values differ between `records`."""
     return [name for name in COMPARED if len({repr(r.setting(name)) for r in records}) > 1]
 
+
+def encode_runs(runs: RunLog) -> bytes:
+    """The log as safetensors bytes: each run's maps as a tensor, the rest as JSON metadata."""
+    records = [{
+        "number": r.number, "config": r.config.to_dict(), "corpus": r.corpus, "train": r.train, "step": r.step,
+        "train_curve": r.train_curve, "val_curve": r.val_curve, "probe_labels": r.probe_labels,
+    } for r in runs.records]
+    tensors = {f"attention.{r.number}": r.attention.contiguous() for r in runs.records if r.attention is not None}
+    metadata = {"runs": json.dumps(records, allow_nan=True), "numbered": str(runs._numbered),
+                "max_runs": str(runs.max_runs)}
+    return save_safetensors_bytes(tensors, metadata=metadata)
+
+
+def decode_runs(data: bytes) -> RunLog:
+    """The inverse of `encode_runs`, every field checked (ValueError names the first that is wrong)."""
+    if len(data) > ENCODED_RUNS_BYTES:
+        raise ValueError(f"the runs take {len(data):,} bytes; at most {ENCODED_RUNS_BYTES:,} are read")
+    try:
+        tensors = load_safetensors_bytes(data)
+        header = json.loads(data[8: 8 + int.from_bytes(data[:8], "little")])  # safetensors: length, JSON header
+        metadata = header["__metadata__"]
+        records, numbered, max_runs = json.loads(metadata["runs"]), int(metadata["numbered"]), int(metadata["max_runs"])
+    except Exception as error:  # safetensors, JSON and int() each raise their own kinds
+        raise ValueError(f"the runs are damaged ({type(error).__name__}: {str(error)[:200]})") from None
+    if not 1 <= max_runs <= RUNS_KEPT or not isinstance(records, list) or len(records) > max_runs:
+        raise ValueError(f"the runs hold {len(records) if isinstance(records, list) else 'no list of'} runs; "
+                         f"at most {RUNS_KEPT} are kept")
+    log = RunLog(max_runs)
+    for index, record in enumerate(records):
+        try:
+            log.records.append(_decoded_record(record, tensors.pop(f"attention.{record.get('number')}", None)))
+        except (TypeError, ValueError, KeyError, AttributeError) as error:
+            raise ValueError(f"run {index + 1} of the kept runs is damaged: {str(error)[:200]}") from None
+    numbers = [r.number for r in log.records]
+    if tensors or len(set(numbers)) != len(numbers) or not 0 <= max(numbers, default=0) <= numbered:
+        raise ValueError("the kept runs' numbers and maps do not match")
+    log._numbered = numbered
+    return log
+
+
+def _decoded_record(values: dict, attention: torch.Tensor | None) -> RunRecord:
+    config = GPTConfig.from_dict(values["config"])
+    number, step, corpus, train, labels = (values[key] for key in ("number", "step", "corpus", "train", "probe_labels"))
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (number, step)):
+        raise ValueError("its number and step must be non-negative integers")
+    if not isinstance(corpus, str) or not isinstance(train, dict) or not all(isinstance(t, str) for t in labels):
+        raise ValueError("its corpus, training settings or probe tokens are not text")
+    curves = [_curve(values[key]) for key in ("train_curve", "val_curve")]
+    if attention is not None:
+        expected = (config.n_layer, config.n_head, len(labels), len(labels))
+        if attention.dtype != torch.float16 or tuple(attention.shape) != expected:
+            raise ValueError(f"its maps must be float16 of shape {expected}, got {attention.dtype} {tuple(attention.shape)}")
+    return RunRecord(number, config, corpus, dict(train), step, *curves, list(labels), attention,
+                     None if attention is None else entropy_bits(attention.float())[0])
+
+
+def _curve(value) -> tuple[list[int], list[float]]:
+    steps, losses = value
+    if len(steps) != len(losses) or not all(isinstance(s, int) and not isinstance(s, bool) for s in steps):
+        raise ValueError("a curve's steps must be integers, one per loss")
+    losses = [float(loss) for loss in losses]
+    if any(math.isinf(loss) for loss in losses):  # a diverged step is NaN, never infinite
+        raise ValueError("a curve holds an infinite loss")
+    return list(steps), losses

@@ -11,8 +11,8 @@ give the same loss curve on CPU, and the library never reseeds torch's global RN
 draws from a private CPU generator state, seeded from the config, swapped in for each step).
 
 Devices and precision (`core.device`): `device="auto"` picks CUDA, then Apple MPS, then the CPU;
-`dtype="auto"` trains under bfloat16 autocast where the hardware has it natively and in float32
-elsewhere; `compile=True` wraps the model in `torch.compile`. The library never changes torch's
+`dtype="auto"` trains under bfloat16 autocast on CUDA and on CPUs with AMX, where it is faster, and
+in float32 elsewhere; `compile=True` wraps the model in `torch.compile`. The library never changes torch's
 thread count: a process running several trainings should set it (the CLI has --threads).
 
 Sharing the CPU: trainings of one process given the same `core.schedule.FairShare` take turns

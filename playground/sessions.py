@@ -240,7 +240,7 @@ class SessionRegistry:
     (the policy is in the module docstring)."""
 
     def __init__(self, memory_budget: int, ttl_s: float, *, api_ttl_s: float = 600.0, evict_idle_s: float = 600.0,
-                 set_aside_idle_s: float = 30.0, max_light_sessions: int = 1000,
+                 set_aside_idle_s: float = 5.0, max_light_sessions: int = 1000,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.memory_budget = memory_budget  # bytes for every session's model together
         self.set_aside_idle_s = set_aside_idle_s  # a model the store keeps may leave memory after this idle

@@ -52,7 +52,9 @@ class Settings:
     session_ttl_s: float = 3600.0  # a model in a tab open in a browser is freed after this idle
     api_ttl_s: float = 600.0  # a session with no browser (no heartbeat), or without a model, after this
     evict_idle_s: float = 600.0  # a model idle this long may make room for another learner's
-    set_aside_idle_s: float = 30.0  # ... or this long, when the state store keeps it (it comes back on the next click)
+    # ... or this long, when the state store keeps it (it comes back on the next click, unchanged): short, so a
+    # room filling at two presses a second has room; not zero, so two learners clicking in turn do not swap
+    set_aside_idle_s: float = 5.0
     # Gradio keeps its own state for every session hash it sees (about 0.8 MB each, with the last
     # outputs): past this many the least recently used goes, and the sweep drops idle ones. The app
     # keeps nothing there that matters (models live in the registry), so losing it costs nothing.

@@ -30,6 +30,7 @@ import re
 import secrets
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import fsspec
@@ -40,6 +41,7 @@ log = logging.getLogger("playground")
 TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32), nothing else
 ARCHIVE, TOMBSTONE = ".zip", ".evicted"
 SECRET_FILE = "browser-secret"  # BrowserState's key: the same on every server sharing the store
+SECRET_READS = 50  # tries, 0.1 s apart, to read a secret another server is writing
 
 
 def new_token() -> str:
@@ -90,11 +92,26 @@ class StateStore:
         return self.problem is None
 
     def secret(self) -> str:
-        """The BrowserState secret, made once and kept in the store (so a restart can read old tokens)."""
+        """The BrowserState secret, made once and kept in the store (so a restart can read old tokens).
+        Servers sharing the store that start together agree: the file is created exclusively, so the first
+        one's secret stands and the others read it (on a backend without exclusive creation, start one
+        server alone the first time)."""
         path = self._path(SECRET_FILE)
-        if not self.fs.exists(path):
-            self._put_bytes(path, secrets.token_urlsafe(32).encode("ascii"))
-        return self.fs.cat_file(path).decode("ascii").strip()
+        made = secrets.token_urlsafe(32).encode("ascii")
+        try:
+            with self.fs.open(path, "xb") as file:
+                file.write(made)
+        except FileExistsError:
+            pass
+        except (NotImplementedError, ValueError):  # no exclusive creation here
+            if not self.fs.exists(path):
+                self._put_bytes(path, made)
+        for _ in range(SECRET_READS):  # another server may be writing it at this moment
+            secret = self.fs.cat_file(path).decode("ascii", "replace").strip()
+            if TOKEN.fullmatch(secret):
+                return secret
+            time.sleep(0.1)
+        raise ValueError(f"the store's {SECRET_FILE} is not a secret this app makes")
 
     def _put_bytes(self, path: str, data: bytes) -> None:
         """Write then move into place: a reader never sees half a file (a crash leaves a .part at most)."""

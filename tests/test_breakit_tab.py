@@ -140,19 +140,20 @@ def test_the_head_scores_mark_when_an_induction_head_forms():
     for step in range(10, 110, 10):
         movie.add(step, with_induction_head() if step >= 60 else uniform())
     assert induction_onset(movie) == 60
-    figure = train_tab._scores_figure(movie)
-    assert {shape.x0 for shape in figure.layout.shapes} == {60}  # through every panel
-    assert any(a.text == "induction head forms (step 60)" for a in figure.layout.annotations)
-    induction = [trace for trace in figure.data if trace.xaxis == "x3"]
-    assert max(max(trace.y) for trace in induction) > 0.9  # the head that formed is among the lines drawn
+    figure = json.loads(train_tab.scores_plot(movie).plot)
+    layout = figure["layout"]
+    assert [shape["x0"] for shape in layout["shapes"]] == [60] * 3  # through every panel
+    assert any(a["text"] == "induction head forms (step 60)" for a in layout["annotations"])
+    induction = [trace for trace in figure["data"] if trace["xaxis"] == "x3"]
+    assert max(max(trace["y"]) for trace in induction) > 0.9  # the head that formed is among the lines drawn
 
 
 def test_no_marker_without_an_induction_head():
     movie = AttentionMovie(PROBE)
     for step in (1, 2, 3):
         movie.add(step, uniform())
-    figure = train_tab._scores_figure(movie)
-    assert not figure.layout.shapes and not any("induction head forms" in a.text for a in figure.layout.annotations)
+    layout = json.loads(train_tab.scores_plot(movie).plot)["layout"]
+    assert "shapes" not in layout and not any("induction head forms" in a["text"] for a in layout["annotations"])
 
 
 def test_play_steps_through_the_snapshots_and_pauses_at_the_end(train, ctx):

@@ -9,7 +9,7 @@ import torch
 
 from conftest import plotted
 from core.config import GPTConfig
-from core.runs import COMPARED, CURVE_POINTS, RUNS_KEPT, RunLog, RunRecord, varying_fields
+from core.runs import COMPARED, CURVE_POINTS, RUNS_KEPT, RunLog, RunRecord, decode_runs, encode_runs, varying_fields
 from core.config import TrainConfig
 from playground.tabs.train.compare import CompareHandlers
 from test_app_handlers import FORM, ctx, run_train, train  # noqa: F401 (ctx and train are fixtures)
@@ -50,6 +50,39 @@ def test_the_log_keeps_the_last_runs_and_a_continued_run_replaces_its_record():
     log.keep(record(5, steps=80))  # Train on the same model: its record grows, nothing else goes
     assert [(r.number, r.step) for r in log.records] == [(3, 50), (4, 50), (5, 80)]
     assert [r.number for r in log.get([5, 1, 3])] == [3, 5]  # 1 is no longer kept
+
+
+def test_a_log_comes_back_from_its_bytes_as_it_was():
+    log = RunLog(max_runs=3)
+    maps = torch.softmax(torch.randn(2, 4, 4, 4), -1)
+    for number in [log.new_number() for _ in range(4)]:
+        log.keep(record(number, steps=20 * number, maps=maps if number % 2 else None, n_layer=2, n_head=4))
+    back = decode_runs(encode_runs(log))
+    assert back.max_runs == 3 and back.last_number == 4 and back.new_number() == 5
+    for before, after in zip(log.records, back.records, strict=True):
+        assert (after.number, after.config, after.corpus, after.train, after.step) == \
+            (before.number, before.config, before.corpus, before.train, before.step)
+        assert (after.train_curve, after.val_curve, after.probe_labels) == \
+            (before.train_curve, before.val_curve, before.probe_labels)
+        assert (after.attention is None) == (before.attention is None)
+        if after.attention is not None:
+            assert torch.equal(after.attention, before.attention)
+            assert torch.allclose(after.entropy_bits, before.entropy_bits)
+
+
+def test_damaged_or_inconsistent_run_bytes_are_refused_by_name():
+    log = RunLog()
+    log.keep(record(log.new_number(), maps=torch.softmax(torch.randn(4, 4, 4, 4), -1)))
+    data = encode_runs(log)
+    with pytest.raises(ValueError, match="damaged"):
+        decode_runs(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="damaged"):
+        decode_runs(b"\xff" * 64)
+    wrong_shape = RunLog()
+    wrong_shape.keep(record(wrong_shape.new_number(), maps=torch.softmax(torch.randn(4, 4, 4, 4), -1)))
+    object.__setattr__(wrong_shape.records[0], "config", GPTConfig(n_layer=2))  # maps of 4 layers, config of 2
+    with pytest.raises(ValueError, match="run 1 .* shape"):
+        decode_runs(encode_runs(wrong_shape))
 
 
 def test_attention_is_kept_in_half_precision_and_only_within_the_bound():

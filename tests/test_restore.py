@@ -139,7 +139,11 @@ def test_a_killed_server_gives_each_browser_its_model_back_on_any_server_of_its_
 
         # The killed server started again on the same store: the session, continued on the other, comes back.
         restarted = Server(store)
-        comes_back(restarted.app, token, "after-restart", step + 30)
+        tab = comes_back(restarted.app, token, "after-restart", step + 30)
+        # ... with its run kept to compare: one run (continuing a model goes on with its run), to its last step
+        runs = restarted.app.ok("compare_runs", [], tab)[0]["runs"]
+        assert [(r["run"], r["step"]) for r in runs] == [(1, step + 30)]
+        assert runs[0]["val_curve"]["steps"][-1] == step + 30 and runs[0]["attention"] is not None
     finally:
         other.kill()
         if restarted is not None:

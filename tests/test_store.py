@@ -4,8 +4,10 @@ one store, and a store that cannot be written switches itself off without losing
 
 import os
 import shutil
+import threading
 import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,20 @@ def test_two_apps_share_one_store_and_its_secret():
     one.writer.submit(token, encoded(3))
     assert one.writer.flush()
     assert other.fetch(token, Path(os.environ.get("TMPDIR", "/tmp"))) is not None
+
+
+@pytest.mark.parametrize("url", ["memory://", "folder"])
+def test_servers_starting_together_on_an_empty_store_agree_on_its_secret(url, tmp_path):
+    url = f"memory://race-{new_token()[:8]}" if url == "memory://" else str(tmp_path / "store")
+    stores = [StateStore(url, 10**9) for _ in range(8)]
+    start = threading.Barrier(len(stores))
+
+    def secret(store: StateStore) -> str:
+        start.wait()
+        return store.secret()
+
+    with ThreadPoolExecutor(len(stores)) as pool:
+        assert len(set(pool.map(secret, stores))) == 1
 
 
 def test_an_unwritable_store_switches_off_and_says_why(tmp_path, caplog):

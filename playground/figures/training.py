@@ -97,42 +97,61 @@ HEAD_SCORE_LINES = 3  # per pattern: the strongest heads only, so the chart stay
 ONSET_COLOR = "#dc2626"
 
 
-def head_scores_figure(curves: dict[str, tuple[list[int], torch.Tensor] | None], onset: int | None) -> go.Figure:
+def head_scores_plot(curves: dict[str, tuple[list[int], torch.Tensor] | None], onset: int | None) -> PlotData:
     """Each head's pattern scores over training, one panel per pattern (`curves`: pattern -> (steps,
     (F, L, H) scores), as `AttentionMovie.score_curve` gives them, or None where the probe cannot
     show it), the HEAD_SCORE_LINES heads that scored highest in each; a vertical marker at `onset`,
-    the step an induction head formed."""
-    from plotly.subplots import make_subplots
+    the step an induction head formed.
 
-    fig = make_subplots(rows=len(curves), cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=[f"{pattern} score" for pattern in curves])
+    A live run redraws it at every snapshot, so, like the loss chart, it comes as Plotly JSON: plain
+    traces and a layout built once per set of panels and onset (a checked figure cost ~30 ms each time:
+    the largest part of sixty learners' first updates).
+    """
+    traces = []
     for row, (pattern, curve) in enumerate(curves.items(), start=1):
         if curve is None:
-            fig.add_annotation(text="the probe prompt cannot show this pattern", showarrow=False,
-                               xref=f"x{row if row > 1 else ''} domain", yref=f"y{row if row > 1 else ''} domain",
-                               x=0.5, y=0.5, font=dict(size=11, color="#6b7280"))
             continue
         steps, scores = curve
         n_head = scores.size(2)
         strongest = scores.amax(0).flatten().topk(min(HEAD_SCORE_LINES, scores[0].numel())).indices.tolist()
+        axis = "" if row == 1 else str(row)
         for index in strongest:
             layer, head = divmod(index, n_head)
-            fig.add_trace(go.Scatter(
-                x=steps, y=scores[:, layer, head].tolist(), mode="lines", name=f"L{layer} H{head}",
-                legendgroup=pattern, showlegend=False, line=dict(width=1.5),
+            traces.append(dict(
+                type="scatter", x=list(steps), y=_finite(scores[:, layer, head].tolist()), mode="lines",
+                name=f"L{layer} H{head}", legendgroup=pattern, showlegend=False, line=dict(width=1.5),
+                xaxis=f"x{axis}", yaxis=f"y{axis}",
                 hovertemplate=f"L{layer} H{head}<br>step %{{x}}<br>{pattern} %{{y:.2f}}<extra></extra>",
-            ), row=row, col=1)
-        fig.update_yaxes(range=[-0.05, 1.05], row=row, col=1)
+            ))
+    layout = _scores_layout_json(tuple(curves), tuple(curve is None for curve in curves.values()), onset)
+    return PlotData(type="plotly", plot=f'{{"data":{json.dumps(traces)},"layout":{layout}}}')
+
+
+@functools.lru_cache(maxsize=64)
+def _scores_layout_json(patterns: tuple[str, ...], missing: tuple[bool, ...], onset: int | None) -> str:
+    """The head scores' layout as JSON: a panel per pattern (a note where the probe cannot show it),
+    the onset marker through every panel."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=len(patterns), cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[f"{pattern} score" for pattern in patterns])
+    for row, absent in enumerate(missing, start=1):
+        if absent:
+            fig.add_annotation(text="the probe prompt cannot show this pattern", showarrow=False,
+                               xref=f"x{row if row > 1 else ''} domain", yref=f"y{row if row > 1 else ''} domain",
+                               x=0.5, y=0.5, font=dict(size=11, color="#6b7280"))
+        else:
+            fig.update_yaxes(range=[-0.05, 1.05], row=row, col=1)
     if onset is not None:
-        fig.add_vline(x=onset, line=dict(color=ONSET_COLOR, dash="dash", width=1.5))
+        fig.add_vline(x=onset, line=dict(color=ONSET_COLOR, dash="dash", width=1.5), exclude_empty_subplots=False)
         fig.add_annotation(text=f"induction head forms (step {onset:,})", x=onset, xref="x", y=1.0, yref="paper",
                            yanchor="bottom", showarrow=False, font=dict(size=11, color=ONSET_COLOR))
-    fig.update_xaxes(title_text="step", row=len(curves), col=1)
-    fig.update_layout(height=110 + 110 * len(curves), margin=dict(l=45, r=10, t=60, b=40), template="plotly_white",
+    fig.update_xaxes(title_text="step", row=len(patterns), col=1)
+    fig.update_layout(height=110 + 110 * len(patterns), margin=dict(l=45, r=10, t=60, b=40), template="plotly_white",
                       title=dict(text="Head scores over training (the strongest heads)", font=dict(size=14), x=0),
                       uirevision="head-scores")
     fig.update_annotations(font_size=11)
-    return fig
+    return json.dumps(fig.to_plotly_json()["layout"])
 
 
 @functools.lru_cache(maxsize=8)

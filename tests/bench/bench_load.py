@@ -3,14 +3,23 @@
     .venv/bin/python tests/bench/bench_load.py                        # 10, 30, then 60 learners
     .venv/bin/python tests/bench/bench_load.py --clients 2 3 --json   # quick; also one JSON line per N
 
-For each N, measured from outside through the API (gradio_client):
+For each N, measured from outside through the API:
 - a fresh `python -m playground` on a free port, with its default memory budget for models (no count
   of models: half the memory free at start) and a state store of its own in a temporary folder;
-- N client sessions and one "prober" session that has trained a tiny model, created first (untimed);
-- all N call /train at once with no arguments: the form's defaults, what a learner who only
-  presses Train gets; meanwhile the prober times light events one at a time, ~0.5 s apart
-  (`LIGHT`: /generate of 50 tokens, /preset, /attention; and `RUNS`: a whole /baby_gpt_train), and the
-  server's RSS is sampled every 0.5 s.
+- one "prober" session (gradio_client) that has trained a tiny model first, untimed: the teacher;
+- N learners press Train at once with the form's defaults (what a learner who only presses Train
+  gets), each as a browser tab does it: one join of the queue and one blocking read of its event
+  stream, over raw HTTP. Not gradio_client: its jobs poll twice every 50 ms each, and with 60 of
+  them the load generator took 1.2 of the machine's 2 cores (290 CPU-s in 241 s), which real
+  learners' browsers on their own laptops never take from the server;
+- meanwhile the prober times light events one at a time, ~0.5 s apart (`LIGHT`: /generate of 50
+  tokens, /preset, /attention; and `RUNS`: a whole /baby_gpt_train), and the server's RSS is
+  sampled every 0.5 s.
+
+With --holding N, a second kind of round: N sessions train a short model one after another (as a
+room fills over a morning) and keep it; the server's budget for models is set to --budget-mb, so
+most of them are set aside to the store. Then every session generates once (bringing its model
+back). Prints refusals, the server's RSS against the budget and the store's size.
 
 Prints the machine, then a block per N: time from a learner's press to the first point on its
 loss chart (p50, p95, max); the last training's end after the press; each run's own duration
@@ -29,23 +38,26 @@ import json
 import math
 import operator
 import os
+import secrets
 import subprocess
 import tempfile
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
-from concurrent.futures import CancelledError, ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import torch
+import httpx
 from gradio_client import Client
-from gradio_client.client import Job
+from gradio_client.utils import apply_diff
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from tests.conftest import free_port  # noqa: E402
+from host import describe_host  # noqa: E402  (this script's folder is on sys.path)
 
 # Tiny Shakespeare from ../shared/data as in the tests, unless the caller says otherwise.
 os.environ.setdefault("PLAYGROUND_DATA_DIR", str(REPO.parent / "shared" / "data"))
@@ -56,8 +68,8 @@ GENERATE = ("abcdefgh|", 50, 0.8, 0, 1.0, None)  # prompt, max tokens, temperatu
 # and a whole Baby GPT training with the tab's defaults (a run, shown beside them, not one of them).
 LIGHT = {"generate": GENERATE, "preset": ("sort",), "attention": ("qwhzbkad|qwhzbkad",)}
 RUNS = {"baby_gpt_train": ()}
+HOLD_STEPS = 20  # a --holding session's model: trained enough to be kept, quickly
 PROBER_STEPS = 30  # enough for /generate to have a model; short, so the prober is ready at once
-POLL_S = 0.03  # how often the watcher reads every job's streamed outputs
 LIGHT_PAUSE_S = 0.5
 RSS_INTERVAL_S = 0.5
 SETTLE_S = 5.0  # wait after the last training before the "after" RSS
@@ -87,9 +99,11 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
-def start_server(port: int) -> subprocess.Popen:
-    """`python -m playground` on `port` (its state store in a temporary folder), returned once it answers HTTP."""
-    env = dict(os.environ, PLAYGROUND_STATE_DIR=tempfile.mkdtemp(prefix="bench-load-state-"))
+def start_server(port: int, state_dir: str | None = None, **settings) -> subprocess.Popen:
+    """`python -m playground` on `port` (its state store in `state_dir`, by default a temporary folder, and
+    `settings` as PLAYGROUND_* variables), returned once it answers HTTP."""
+    env = dict(os.environ, PLAYGROUND_STATE_DIR=state_dir or tempfile.mkdtemp(prefix="bench-load-state-"),
+               **{f"PLAYGROUND_{name.upper()}": str(value) for name, value in settings.items()})
     server = subprocess.Popen([sys.executable, "-m", "playground", "--port", str(port)], cwd=REPO, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
@@ -127,50 +141,83 @@ class RssSampler(threading.Thread):
             self.stopped.wait(RSS_INTERVAL_S)
 
 
-@dataclass
-class Run:
-    """One learner's press of Train. Times are seconds after its own press."""
-    job: Job
-    pressed: float
-    seen: int = 0  # streamed outputs already looked at
-    first_update: float | None = None
-    first_point: float | None = None
-    done: float | None = None
-    error: str | None = None
-    status: str | None = None
+class Browser:
+    """Raw HTTP to the app as a browser tab speaks it: join the queue by event index, read the
+    session's event stream. `index` maps API names (private ones too) to event indexes."""
 
-    def look(self, now: float) -> bool:
-        """Read what the job has streamed so far; True once it has ended."""
-        outputs = self.job.outputs()
-        if outputs and self.first_update is None:
-            self.first_update = now - self.pressed
-        if self.first_point is None and len(outputs) > self.seen:  # parse only new charts, until one has a point
-            self.seen = len(outputs)
-            if loss_points(outputs[-1][2]):
-                self.first_point = now - self.pressed
-        if not self.job.done():
-            return False
-        self.done = now - self.pressed
+    def __init__(self, url: str) -> None:
+        self.url = url
+        config = httpx.get(f"{url}config", timeout=30).json()
+        self.index = {d["api_name"]: d["id"] for d in config["dependencies"] if d.get("api_name")}
+
+    def join(self, api_name: str, data: list, session_hash: str) -> None:
+        body = {"data": data, "fn_index": self.index[api_name], "session_hash": session_hash,
+                "event_data": None, "trigger_id": None}
+        httpx.post(f"{self.url}gradio_api/queue/join", json=body, timeout=60).raise_for_status()
+
+    def messages(self, session_hash: str, timeout: float) -> Iterator[tuple[str, str]]:
+        """(message kind, raw JSON line) of the session's stream, until its event completes. The kind is
+        read without parsing the line: parsing every update of sixty streams is the client's cost."""
+        query = urllib.parse.urlencode({"session_hash": session_hash})
+        with httpx.stream("GET", f"{self.url}gradio_api/queue/data?{query}", timeout=timeout) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data:"):
+                    kind = line[:60].partition('"msg":')[2].partition(",")[0].strip(' "}')
+                    yield kind, line[5:]
+                    if kind in ("process_completed", "close_stream"):
+                        return
+
+    def call(self, api_name: str, data: list, session_hash: str, timeout: float = 120) -> dict:
+        """One event's last message: {"success", "output"}."""
+        self.join(api_name, data, session_hash)
+        for kind, line in self.messages(session_hash, timeout):
+            if kind == "process_completed":
+                return json.loads(line)
+        raise RuntimeError(f"/{api_name} ended without an answer")
+
+
+class Learner(threading.Thread):
+    """One learner's tab: `open_page` as the page's load does (Gradio makes the session's state, the app
+    gives the tab its token for the state store, so its runs are kept there as a browser's are), then
+    `start` presses Train with the form's `defaults`. Times are seconds after its own press."""
+
+    def __init__(self, browser: Browser, defaults: list, timeout: float) -> None:
+        super().__init__(daemon=True)
+        self.browser, self.defaults, self.timeout = browser, defaults, timeout
+        self.session_hash = secrets.token_hex(8)
+        self.first_update: float | None = None
+        self.first_point: float | None = None
+        self.done: float | None = None
+        self.error: str | None = None
+        self.status: str | None = None
+
+    def open_page(self) -> None:
+        answer = self.browser.call("come_back", [None], self.session_hash)
+        if not answer.get("success"):
+            raise RuntimeError(f"the page did not open: {answer}")
+
+    def run(self) -> None:
+        pressed = time.monotonic()
         try:
-            error = self.job.exception()
-        except CancelledError as cancelled:  # a cancelled job raises it here
-            error = cancelled
-        if error is not None:
+            self.browser.join("train", self.defaults, self.session_hash)
+            outputs = None  # the streamed outputs, diffs applied, until the first chart point
+            for kind, line in self.browser.messages(self.session_hash, self.timeout):
+                now = time.monotonic() - pressed
+                if kind == "process_generating":
+                    self.first_update = self.first_update if self.first_update is not None else now
+                    if self.first_point is None:
+                        data = json.loads(line)["output"]["data"]
+                        outputs = data if outputs is None else [apply_diff(o, d) for o, d in zip(outputs, data)]
+                        if loss_points(outputs[2]):
+                            self.first_point = now
+                elif kind == "process_completed":
+                    self.done, message = now, json.loads(line)
+                    if message.get("success"):
+                        self.status = str(message["output"]["data"][0])
+                    else:
+                        self.error = str((message.get("output") or {}).get("error"))
+        except Exception as error:  # a dropped stream is an error of this run, not of the benchmark
             self.error = f"{type(error).__name__}: {error}"
-        elif outputs:
-            self.status = str(outputs[-1][0])
-        return True
-
-
-def watch(runs: list[Run], deadline: float) -> None:
-    """Poll every job, in this one thread, until all have ended or the deadline passes."""
-    pending = list(runs)
-    while pending and time.monotonic() < deadline:
-        now = time.monotonic()
-        pending = [run for run in pending if not run.look(now)]
-        time.sleep(POLL_S)
-    for run in pending:
-        run.job.cancel()
 
 
 def probe(client: Client, stop: threading.Event, deadline: float, latencies: dict[str, list[float]],
@@ -188,32 +235,43 @@ def probe(client: Client, stop: threading.Event, deadline: float, latencies: dic
                 return
 
 
+def endpoint_data(client: Client, api_name: str, **values) -> list:
+    """An endpoint's inputs in order: its defaults from the app's own API description, some replaced."""
+    parameters = client.view_api(return_format="dict", print_info=False)["named_endpoints"][api_name]["parameters"]
+    unknown = set(values) - {parameter["parameter_name"] for parameter in parameters}
+    assert not unknown, f"{api_name} has no parameters {unknown}"
+    return [values.get(parameter["parameter_name"], parameter.get("parameter_default")) for parameter in parameters]
+
+
 def measure(n: int, timeout: float) -> dict:
     """Start a server, press Train in n sessions at once, and return what was measured."""
     port = free_port()
     server = start_server(port)
     url = f"http://127.0.0.1:{port}/"
-    clients: list[Client] = []
     sampler = RssSampler(server.pid)
     sampler.start()
     stop_probe = threading.Event()
+    prober = Client(url, verbose=False)
     try:
-        with ThreadPoolExecutor(8) as pool:
-            clients = list(pool.map(lambda _: Client(url, verbose=False), range(n + 1)))
-        prober, learners = clients[0], clients[1:]
+        browser, defaults = Browser(url), endpoint_data(prober, "/train")
         prober.predict(steps=PROBER_STEPS, api_name="/train")
+        runs = [Learner(browser, defaults, timeout) for _ in range(n)]
+        with ThreadPoolExecutor(4) as pool:  # the room opens the page before anyone presses Train
+            list(pool.map(Learner.open_page, runs))
         rss_idle = rss_mb(server.pid)
         load = os.getloadavg()[0]
 
         started = time.monotonic()
         deadline = started + timeout
-        runs = [Run(client.submit(api_name="/train"), time.monotonic()) for client in learners]
+        for run in runs:
+            run.start()
         latencies: dict[str, list[float]] = {kind: [] for kind in {**LIGHT, **RUNS}}
         light_errors: list[str] = []
         prober_thread = threading.Thread(target=probe, args=(prober, stop_probe, deadline, latencies, light_errors),
                                          daemon=True)
         prober_thread.start()
-        watch(runs, deadline)
+        for run in runs:
+            run.join(max(0.0, deadline - time.monotonic()))
         ended = time.monotonic()
         stop_probe.set()
         prober_thread.join(timeout=max(1.0, deadline - time.monotonic()))
@@ -225,16 +283,67 @@ def measure(n: int, timeout: float) -> dict:
     finally:
         stop_probe.set()
         sampler.stopped.set()
-        for client in clients:
-            client.close()
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        prober.close()
+        stop_server(server)
 
 
-def summarize(n: int, runs: list[Run], latencies: dict[str, list[float]], light_errors: list[str], elapsed: float,
+def stop_server(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+def hold(n: int, budget_mb: int | None) -> dict:
+    """N sessions open the page and train a short model one after another, keeping it (the server's budget
+    for models `budget_mb`, else its default); then each generates once, bringing back a model that was set
+    aside. Returns refusals, errors, RSS and the store's size."""
+    port, state_dir = free_port(), tempfile.mkdtemp(prefix="bench-load-state-")
+    server = start_server(port, state_dir, **({} if budget_mb is None else {"model_memory_bytes": budget_mb << 20}))
+    url = f"http://127.0.0.1:{port}/"
+    sampler = RssSampler(server.pid)
+    sampler.start()
+    client = Client(url, verbose=False)
+    try:
+        browser = Browser(url)
+        train = endpoint_data(client, "/train", steps=HOLD_STEPS)
+        generate = endpoint_data(client, "/generate", prompt=GENERATE[0], max_new_tokens=20)
+        rss_idle = rss_mb(server.pid)
+        learners = [Learner(browser, train, timeout=120) for _ in range(n)]
+        answers: dict[str, list[str]] = {"train": [], "generate": []}
+        started = time.monotonic()
+        for kind, data in (("train", train), ("generate", generate)):
+            for learner in learners:
+                if kind == "train":
+                    learner.open_page()
+                answer = browser.call(kind, data, learner.session_hash)
+                answers[kind].append("" if answer.get("success") else str((answer.get("output") or {}).get("error")))
+        elapsed = time.monotonic() - started
+        sampler.stopped.set()
+        failed = [message for kind in answers for message in answers[kind] if message]
+        return dict(
+            sessions=n, budget_mb=budget_mb, seconds=round(elapsed, 1),
+            refused=sum("server is full" in message for message in failed),
+            errors=len(failed), first_error=failed[0] if failed else None,
+            rss_idle_mb=round(rss_idle), rss_peak_mb=round(max(sampler.samples + [rss_mb(server.pid)])),
+            store_mb=round(sum(f.stat().st_size for f in Path(state_dir).rglob("*") if f.is_file()) / 2**20, 1),
+        )
+    finally:
+        sampler.stopped.set()
+        client.close()
+        stop_server(server)
+
+
+def report_hold(r: dict) -> str:
+    budget = "the server's default" if r["budget_mb"] is None else f"{r['budget_mb']} MB"
+    return (f"{r['sessions']} sessions holding a model ({HOLD_STEPS} steps each; budget for models {budget}), "
+            f"trained one after another, then each generating once ({r['seconds']} s in all):\n"
+            f"  refused: {r['refused']}; errors: {r['errors']}" + (f" (first: {r['first_error'][:300]})" if r["first_error"] else "")
+            + f"\n  RSS: idle {r['rss_idle_mb']} MB, peak {r['rss_peak_mb']} MB; the store holds {r['store_mb']} MB")
+
+
+def summarize(n: int, runs: list[Learner], latencies: dict[str, list[float]], light_errors: list[str], elapsed: float,
               rss_idle: float, rss_peak: float, rss_after: float, load: float) -> dict:
     first_points = [math.inf if run.first_point is None else run.first_point for run in runs]
     durations = [run.done - run.first_update for run in runs if run.done is not None and run.first_update is not None]
@@ -303,13 +412,16 @@ def check_goals(r: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, nargs="+", default=[10, 30, 60], help="learners per round")
+    parser.add_argument("--clients", type=int, nargs="*", default=[10, 30, 60],
+                        help="learners per round (none: only --holding rounds)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds after the press before a round ends")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per round")
+    parser.add_argument("--holding", type=int, nargs="*", default=[], metavar="N",
+                        help="then a round of N sessions holding models (see above)")
+    parser.add_argument("--budget-mb", type=int, help="the server's memory for models in the --holding rounds")
     args = parser.parse_args()
 
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
-    print(f"machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, {device}", flush=True)
+    print(describe_host(), flush=True)
     results = []
     for n in args.clients:
         result = measure(n, args.timeout)
@@ -317,7 +429,13 @@ def main() -> None:
         print(report(result), flush=True)
         if args.json:
             print(json.dumps(for_json(result)), flush=True)
-    print(check_goals(max(results, key=lambda r: r["clients"])))
+    if results:
+        print(check_goals(max(results, key=lambda r: r["clients"])))
+    for n in args.holding:
+        result = hold(n, args.budget_mb)
+        print(report_hold(result), flush=True)
+        if args.json:
+            print(json.dumps(for_json(result)), flush=True)
 
 
 if __name__ == "__main__":

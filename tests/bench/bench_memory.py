@@ -8,9 +8,11 @@ Starts `python -m playground` (default caps) on a free port in a subprocess and 
    high-water mark, reset before each upload): a checkpoint claiming a huge model, zip bombs in
    the weights and in the training state, NaN weights, and the largest checkpoints the caps allow
    (weights only, and weights with the optimizer's state);
-3. a load run: N sessions train, generate and analyse attention, then many failing calls; RSS at
-   its end, then after every session is closed (the unload call a closing tab makes) and the
-   sweep has run: how far above the baseline it stays.
+3. a load run: N sessions open the page (so the state store keeps their models, as a browser's),
+   train, generate and analyse attention, then many failing calls; the peak RSS's rise against the
+   server's budget for models, and the store's bytes on disk against its budget (set small, so
+   that it must evict); then RSS after every session is closed (the unload call a closing tab makes)
+   and the sweep has run: how far above the baseline it stays.
 Every request goes over raw HTTP with its own session hash, as tests/test_hostile.py sends them.
 """
 
@@ -59,10 +61,11 @@ def reset_peak(pid: int) -> None:
 class Server:
     """`python -m playground` in a subprocess, driven like tests/test_hostile.py's Hostile."""
 
-    def __init__(self) -> None:
+    def __init__(self, state_dir: Path, state_budget: int, model_budget: int) -> None:
         port = free_port()
-        self.process = subprocess.Popen([sys.executable, "-m", "playground", "--port", str(port)], cwd=REPO,
-                                        env=dict(os.environ, PLAYGROUND_API_TTL_S="5"),
+        env = dict(os.environ, PLAYGROUND_API_TTL_S="5", PLAYGROUND_STATE_DIR=str(state_dir),
+                   PLAYGROUND_STATE_BUDGET_BYTES=str(state_budget), PLAYGROUND_MODEL_MEMORY_BYTES=str(model_budget))
+        self.process = subprocess.Popen([sys.executable, "-m", "playground", "--port", str(port)], cwd=REPO, env=env,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 120
         while True:
@@ -158,10 +161,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=20, help="sessions in the load run")
     parser.add_argument("--failing", type=int, default=300, help="failing calls in the load run")
+    parser.add_argument("--store-budget-mb", type=float, default=1.0,
+                        help="the state store's budget (small: the load run's models take more)")
+    parser.add_argument("--model-budget-mb", type=float, default=512.0, help="the server's memory for models")
     args = parser.parse_args()
 
     cases = uploads()
-    server = Server()
+    state_dir = Path(tempfile.mkdtemp(prefix="bench-memory-state-"))
+    server = Server(state_dir, int(args.store_budget_mb * 2**20), int(args.model_budget_mb * 2**20))
     http = server.http
     try:
         form = list(TINY.values())
@@ -185,9 +192,11 @@ def main() -> None:
             http.call("free_session", [], f"upload-{name}")
 
         started = time.monotonic()
+        reset_peak(server.pid)
         keys = [f"learner-{i}" for i in range(args.sessions)]
 
         def learner(key: str) -> None:
+            http.ok("come_back", [None], key)  # the page's load: the session's token for the store
             http.ok("train", form, key)
             http.ok("generate", GENERATE, key)
             http.ok("attention", ["qwhzbkad|qwhzbka"], key)
@@ -198,7 +207,13 @@ def main() -> None:
             list(pool.map(lambda i: http.call("train", bad[i % 2], f"failing-{i}"), range(args.failing)))
         loaded = proc_status(server.pid, "VmRSS")
         print(f"\nload run: {args.sessions} sessions trained, generated and analysed, {args.failing} failing "
-              f"calls, in {time.monotonic() - started:.0f} s: RSS {loaded:.0f} MB")
+              f"calls, in {time.monotonic() - started:.0f} s: RSS {loaded:.0f} MB; its peak "
+              f"{proc_status(server.pid, 'VmHWM') - baseline:+.0f} MB from the baseline, against "
+              f"{args.model_budget_mb:.0f} MB for models")
+        time.sleep(2)  # the store's writer thread finishes
+        kept = [path for path in state_dir.rglob("*") if path.is_file()]
+        print(f"state store on disk: {sum(path.stat().st_size for path in kept) / 2**20:.2f} MB in {len(kept)} files, "
+              f"against its budget of {args.store_budget_mb:g} MB")
         for key in keys:
             http.call("free_session", [], key)
         time.sleep(8)  # the failing calls' light sessions go after the 5 s time-to-live set above

@@ -16,6 +16,7 @@ the replay, the checkpoints, the link and the layout all build on this one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -239,18 +240,17 @@ class FormRules:
                 user_text = read_text_file(upload_path(f.upload), min_chars=model["block_size"], max_bytes=s.max_text_chars)
         return Recipe(preset, corpus, user_text, tokenizer, stage, model, train)
 
-    def check_size(self, config: GPTConfig) -> GPT:
-        """A model of `config` on the meta device (no memory) after checking the parameter cap."""
-        with torch.device("meta"):
-            shell = GPT(config)
-        total = shell.parameter_counts()["total"]
+    def check_size(self, config: GPTConfig) -> dict[str, int]:
+        """The parameter counts of a model of `config` (`GPT.parameter_counts`), after checking the cap."""
+        counts = dict(_parameter_counts(tuple(getattr(config, field.name) for field in dataclasses.fields(config))))
+        total = counts["total"]
         if total > self.settings.max_params:
             raise gr.Error(
                 f"This model has {total:,} parameters; the limit is {self.settings.max_params:,}. "
                 f"Make it smaller (fewer layers or channels; GPT-2 BPE adds 50,257 x n_embd per embedding). "
                 + self.settings.cap_hint("max_params")
             )
-        return shell
+        return counts
 
     def describe_setup(self, preset: str, corpus: str) -> str:
         """The preset's description, or what the form now trains once the corpus is another one."""
@@ -300,6 +300,14 @@ class FormRules:
         # a window as the form takes it: no longer than the context (the form could not show or train it)
         validate.integer(config.window or 0, "The checkpoint's window", 0, config.block_size)
         self.check_size(config)
+
+
+@functools.lru_cache(maxsize=256)
+def _parameter_counts(config_fields: tuple) -> dict[str, int]:
+    """Counted on a model built on the meta device (no memory); cached, as sixty learners pressing Train
+    with the same form would build the same one sixty times."""
+    with torch.device("meta"):
+        return GPT(GPTConfig(*config_fields)).parameter_counts()
 
 
 def upload_path(upload) -> str:

@@ -18,7 +18,7 @@ from core.tokenizers import Tokenizer, token_labels
 from core.train import Trainer
 from playground import validate
 from playground.figures.attention import replay_heatmap
-from playground.figures.training import head_scores_figure, note_plot
+from playground.figures.training import head_scores_plot, note_plot
 
 # The attention movie: a snapshot every max_iters // MOVIE_FRAMES steps (and at the last step), so a run
 # has up to about this many; past MOVIE_BYTES the movie keeps every other one and records half as often.
@@ -166,8 +166,4 @@ def movie_note(movie: AttentionMovie | None, recording: bool) -> str:
 
 def scores_plot(movie: AttentionMovie) -> PlotData:
     """Each head's pattern scores over the movie's snapshots, serialised once for the run's stream."""
-    return PlotData(type="plotly", plot=_scores_figure(movie).to_json())
-
-
-def _scores_figure(movie: AttentionMovie):
-    return head_scores_figure({pattern: movie.score_curve(pattern) for pattern in SCORED}, induction_onset(movie))
+    return head_scores_plot({pattern: movie.score_curve(pattern) for pattern in SCORED}, induction_onset(movie))

@@ -1,8 +1,8 @@
 """Coming back: a browser's model survives a restart of the server (or a crash, or a Space's sleep).
 
 The browser keeps a token the server made (`gr.BrowserState`, in its local storage); never a path.
-While a run trains, its model, training state, curve and form go to the state store under that token
-at every evaluation, at Stop and at the end (`keeper`: encoded in memory on the training thread, written
+While a run trains, its model, training state, curve, form and the runs kept to compare go to the state
+store under that token at every evaluation, at Stop and at the end (`keeper`: encoded in memory on the training thread, written
 by the store's own thread, so a step never waits for the disk). When a page opens, `come_back` reads
 its token: if the session has no model yet and the store holds one, it is loaded as an upload is (the
 same caps and checks) and the form, the chart and the other tabs follow; Train then continues exactly.
@@ -16,6 +16,7 @@ Never imports the layout or the link.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,8 @@ from typing import Any
 
 import gradio as gr
 
-from core.checkpoint import encode
+from core.checkpoint import Encoded, encode, load_runs
+from core.runs import encode_runs
 from playground.sessions import Session
 from playground.store import new_token, valid_token
 from playground.tabs.train.checkpoints import CheckpointHandlers, checkpoint_meta
@@ -54,13 +56,8 @@ class RestoreHandlers(CheckpointHandlers):
         store, token = self.ctx.store, session.token
         if store is None or token is None:  # memory only, or a client without a browser (the API)
             return lambda: None
-        values = session.kept_form = kept_form(form, recipe)
-
-        def keep() -> None:
-            trained = session.trained
-            meta = {**checkpoint_meta(trained), "form": values}
-            store.writer.submit(token, encode(trained.model, trained.tokenizer, meta, trained.training_state()))
-        return keep
+        session.kept_form = kept_form(form, recipe)
+        return lambda: store.writer.submit(token, _kept(session))
 
     def set_aside(self, session: Session) -> bool:
         """Keep an idle session's model in the store so the registry may drop it from memory (its
@@ -68,8 +65,7 @@ class RestoreHandlers(CheckpointHandlers):
         store, trained = self.ctx.store, session.trained
         if store is None or not store.working or session.token is None or trained is None or session.busy:
             return False
-        meta = {**checkpoint_meta(trained), "form": session.kept_form}
-        store.writer.submit(session.token, encode(trained.model, trained.tokenizer, meta, trained.training_state()))
+        store.writer.submit(session.token, _kept(session))
         return store.writer.flush() and store.working  # on disk before it leaves memory
 
     def bring_back(self, session: Session) -> bool:
@@ -79,7 +75,7 @@ class RestoreHandlers(CheckpointHandlers):
             if archive is None:
                 return False
             with self.registry.job(session.key, "bringing your model back"):
-                session.kept_form = self._adopt(session, str(archive), "your earlier model").get("form")
+                self._adopt_kept(session, archive)
         return True  # the page still shows its form and chart: only the model was away
 
     def come_back(self, kept, request: gr.Request) -> dict[str, Any]:
@@ -102,12 +98,23 @@ class RestoreHandlers(CheckpointHandlers):
             archive = store.fetch(token, Path(folder))
             if archive is None:
                 return {"status": EVICTED if store.evicted(token) else gr.skip()}
-            meta = self._adopt(session, str(archive), "your earlier model")
-            session.kept_form = meta.get("form")
+            meta = self._adopt_kept(session, archive)
         form = self._checked_form(meta.get("form"))
         status = (f"Welcome back: your model is here as you left it, at step {session.trained.step}, and Generate "
                   "and Attention read it.")
         return {"status": status, **self._shown_after_load(session, meta), **form}
+
+    def _adopt_kept(self, session: Session, archive: Path) -> dict:
+        """The store's archive as the session's model, with its form and compared runs; its meta."""
+        meta = self._adopt(session, str(archive), "your earlier model")
+        session.kept_form = meta.get("form")
+        runs = load_runs(archive)
+        if runs is not None:
+            session.runs = runs
+            run = meta.get("run")
+            if isinstance(run, int) and 0 < run <= runs.last_number:  # Train goes on updating the same run
+                session.trained.run = run
+        return meta
 
     def _checked_form(self, values: object) -> dict[str, Any]:
         """The kept form if this server's rules still take it (its caps may have changed), else nothing."""
@@ -118,3 +125,12 @@ class RestoreHandlers(CheckpointHandlers):
         except gr.Error:
             return {}
         return dict(values)
+
+
+def _kept(session: Session) -> Encoded:
+    """What the store keeps of a session: its model as a checkpoint with its training state, the form it
+    trained with, and the runs kept to compare."""
+    trained = session.trained
+    meta = {**checkpoint_meta(trained), "form": session.kept_form, "run": trained.run}
+    encoded = encode(trained.model, trained.tokenizer, meta, trained.training_state())
+    return dataclasses.replace(encoded, runs=encode_runs(session.runs))

@@ -96,7 +96,7 @@ class RunHandlers(FormRules):
                 return "The parameter count appears once Tiny Shakespeare is downloaded (press **Train**).", ""
             tokenizer = default_tokenizer(recipe.tokenizer, text or "")
             config, _ = recipe.configs(tokenizer.vocab_size)
-            counts = self.check_size(config).parameter_counts()
+            counts = self.check_size(config)
         except (gr.Error, ValueError) as error:  # shown as it is typed, not as an error
             return f"⚠️ {error.message if isinstance(error, gr.Error) else error}", ""
         parts = ", ".join(f"{label} {count:,}" for label, count in _count_parts(counts, config.norm) if count)
@@ -162,8 +162,7 @@ class RunHandlers(FormRules):
         if trained is not None:
             config = trained.model.config
         else:
-            shell = self.check_size(config)
-            self.registry.claim_model(session, training_bytes(shell.parameter_counts()["total"]))
+            self.registry.claim_model(session, training_bytes(self.check_size(config)["total"]))
         with validate.user_errors():
             data = self._tokens(recipe, text, fresh, config.block_size)
             # a new model's weights come from the form's seed, like its batches: same seed, same run
@@ -217,6 +216,8 @@ class RunHandlers(FormRules):
                         movie.add(event.step, trainer.probe_attention())
                     viewing += time.perf_counter() - started
             if not event.error and (event.val_loss is not None or event.done):
+                if event.done:  # the run joins those kept to compare, before the store keeps them with the model
+                    compare.record(session, token_labels(trainer.tokenizer, trainer.probe_ids))
                 keep()  # encoded here, written by the store's thread: the next step does not wait for it
             if not event.done and now - last_ui < UI_INTERVAL_S * slower:
                 continue
@@ -246,7 +247,6 @@ class RunHandlers(FormRules):
                                model_changed=described, movie_note=movie_note(movie, not event.done),
                                scores=scores)
             first = False
-        compare.record(session, token_labels(trainer.tokenizer, trainer.probe_ids))
 
     def _attention_figure(self, trainer: Trainer):
         per_layer = trainer.probe_attention()  # per layer (H, T, T); none without attention
