@@ -16,7 +16,10 @@ from playground.context import AppContext
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
 from playground.tabs.generate import COLOR_MAP, GenerateHandlers
+from core.presets import PRESETS
 from playground.tabs.train import TrainHandlers
+from playground.tabs.train.form import FORM_FIELDS, FormRules, TrainForm
+from playground.tabs.train.link import preset_values
 
 SETTINGS = Settings(max_layers=3, max_heads=4, max_embd=64, max_block_size=32, max_batch_size=16,
                     max_params=200_000, max_iters=2000, max_new_tokens=100, max_prompt_chars=200)
@@ -225,7 +228,6 @@ def test_the_parameter_count_adds_up_to_its_total(trained):
 
 
 def test_the_form_is_declared_once(train):
-    from playground.tabs.train.form import FORM_FIELDS
 
     assert tuple(FORM) == FORM_FIELDS  # the API's keywords, in order
     for handler in (train.train, train.train_new, train.preview):
@@ -240,6 +242,15 @@ def test_presets_fill_the_form_within_the_caps(train):
     assert set(form) - {"preset_info"} <= set(FORM)
     with pytest.raises(gr.Error):
         train.apply_preset("gpt-5")
+
+
+@pytest.mark.parametrize("caps", ["public", "test"])
+def test_every_preset_capped_to_a_server_is_a_form_that_trains(caps, train):
+    rules = FormRules(Settings()) if caps == "public" else train  # public: 256 channels for shakespeare-char's 6 heads
+    for name in PRESETS:
+        form = preset_values(rules, name)
+        recipe = rules.recipe(TrainForm(**{**form, "text": form["text"] or ""}))
+        recipe.configs(65)  # the model's own checks (channels split evenly among the heads, ...)
 
 
 def test_the_same_seed_trains_the_same_model_in_any_session(train, ctx):

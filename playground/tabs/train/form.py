@@ -266,9 +266,11 @@ class FormRules:
         """The preset's form (capped to this server) by field name, and its description ("preset_info")."""
         preset = get_preset(validate.choice(name, "Preset", PRESETS))
         s, model, train = self.settings, preset.model, preset.train
-        capped = {
-            "n_layer": min(model["n_layer"], s.max_layers), "n_head": min(model["n_head"], s.max_heads),
-            "n_embd": min(model["n_embd"], s.max_embd), "block_size": min(model["block_size"], s.max_block_size),
+        n_head = min(model["n_head"], s.max_heads)
+        capped = {  # the channels split evenly among the heads: a multiple of their number
+            "n_layer": min(model["n_layer"], s.max_layers), "n_head": n_head,
+            "n_embd": min(model["n_embd"], s.max_embd - s.max_embd % n_head),
+            "block_size": min(model["block_size"], s.max_block_size),
             "batch_size": min(train["batch_size"], s.max_batch_size), "steps": min(train["max_iters"], s.max_iters),
         }
         asked = {**model, **train, "steps": train["max_iters"]}
