@@ -73,6 +73,11 @@ class AppContext:
             raise ValueError(f"unknown event kind {kind!r}; use one of {HEAVY_KINDS}")
         return dict(concurrency_id=kind, concurrency_limit=getattr(self.settings, f"{kind}_concurrency"))
 
+    def training_device(self, n_params: int) -> str:
+        """Where a model of `n_params` parameters trains: core's own choice ("auto": the GPU where there is
+        one), except that a model under the `gpu_min_params` setting stays on the CPU."""
+        return "cpu" if n_params < self.settings.gpu_min_params else "auto"
+
     @staticmethod
     def cheap() -> dict:
         """Event keyword arguments for cheap events (stop, previews, counts): no limit, own id,

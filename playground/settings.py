@@ -68,6 +68,10 @@ class Settings:
     baby_concurrency: int = 2
     checkpoint_concurrency: int = 1  # uploads and downloads one at a time: each briefly holds a model's bytes twice
     max_queue_size: int = 100
+    # Models under this many parameters train on the CPU even where there is a GPU: their steps are bound by
+    # kernel launches and Python, and sixty default-task learners on one H200 (16 cores) got their first point
+    # later and light events 10x slower than on two CPU cores (tests/bench/README.md, GPU hosts)
+    gpu_min_params: int = 1_000_000
     # torch intra-op threads per process, see `playground.app.configure_torch`
     torch_threads: int = 1
     # The pretrained models of Generate and Attention (playground.pretrained.CATALOGUE), one field each:

@@ -1,6 +1,7 @@
 """The Train and Generate tabs' handlers called as plain functions (a session id stands in for
 gr.Request), plus the app's wiring: every event has its API name and concurrency on purpose."""
 
+import dataclasses
 import inspect
 import re
 import zipfile
@@ -251,6 +252,14 @@ def test_every_preset_capped_to_a_server_is_a_form_that_trains(caps, train):
         form = preset_values(rules, name)
         recipe = rules.recipe(TrainForm(**{**form, "text": form["text"] or ""}))
         recipe.configs(65)  # the model's own checks (channels split evenly among the heads, ...)
+
+
+@pytest.mark.parametrize("threshold, device", [(10**6, "cpu"), (1, "auto")])
+def test_a_small_model_trains_on_the_cpu_even_where_there_is_a_gpu(threshold, device):
+    ctx = AppContext(settings=dataclasses.replace(SETTINGS, gpu_min_params=threshold),
+                     registry=SessionRegistry(10**9, 600), model_changed=None, tabs=None)
+    run_train(TrainHandlers(ctx))
+    assert ctx.registry.get("a").trained.train_config.device == device  # "auto": the GPU where there is one
 
 
 def test_the_same_seed_trains_the_same_model_in_any_session(train, ctx):

@@ -42,7 +42,8 @@ SCHEDULE = SCHEDULES["short"]
 EVAL_ITERS = 50
 # A climb holds one rung's model at a time: the largest rung's, on Tiny Shakespeare's 65 characters
 with torch.device("meta"):
-    LADDER_BYTES = training_bytes(max(GPT(ladder_configs(stage, 65)[0]).parameter_counts()["total"] for stage in RUNGS))
+    LADDER_PARAMS = max(GPT(ladder_configs(stage, 65)[0]).parameter_counts()["total"] for stage in RUNGS)
+LADDER_BYTES = training_bytes(LADDER_PARAMS)
 JOB = "the ladder"  # the session's job while it climbs, as "already running ..." names it
 # The table's columns and their widths: the numbers never break, and on a phone the first three (the
 # rung, its loss and the lecture's) fit on the screen; the table scrolls sideways for the rest.
@@ -87,9 +88,9 @@ def shakespeare_data() -> tuple[Tokenizer, TokenData]:
 
 
 def new_ladder(tokenizer: Tokenizer, data: TokenData, steps: int = DEFAULT_STEPS, seed: int = DEFAULT_SEED,
-               share: FairShare | None = None) -> Ladder:
+               share: FairShare | None = None, device: str = "auto") -> Ladder:
     """The climb the tab runs (tests/bench/bench_modern.py measures this one)."""
-    return Ladder(tokenizer, data, steps, seed, share=share, eval_iters=EVAL_ITERS, schedule=SCHEDULE)
+    return Ladder(tokenizer, data, steps, seed, share=share, eval_iters=EVAL_ITERS, schedule=SCHEDULE, device=device)
 
 
 # ------------------------------------------------------------------ handlers
@@ -125,7 +126,8 @@ class LadderHandlers:
             except DataError as error:  # offline without a copy: said where it stays, the table and chart kept
                 yield f"⚠️ **The ladder needs Tiny Shakespeare, and this server has no copy.** {error}", gr.skip(), gr.skip()
                 return
-            ladder = session.ladder = new_ladder(tokenizer, data, steps, seed, share)
+            ladder = session.ladder = new_ladder(tokenizer, data, steps, seed, share,
+                                                 device=self.ctx.training_device(LADDER_PARAMS))
             if session.stop_requested:  # Stop came while the data loaded
                 ladder.stop()
             params = _parameter_counts(ladder)

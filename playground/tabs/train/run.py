@@ -12,6 +12,7 @@ Never imports the layout, the link or the checkpoints: they build on the run.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import time
@@ -161,8 +162,10 @@ class RunHandlers(FormRules):
         trained = session.trained
         if trained is not None:
             config = trained.model.config
-        else:
-            self.registry.claim_model(session, training_bytes(self.check_size(config)["total"]))
+        n_params = self.check_size(config)["total"]
+        if trained is None:
+            self.registry.claim_model(session, training_bytes(n_params))
+        train_config = dataclasses.replace(train_config, device=self.ctx.training_device(n_params))
         with validate.user_errors():
             data = self._tokens(recipe, text, fresh, config.block_size)
             # a new model's weights come from the form's seed, like its batches: same seed, same run
