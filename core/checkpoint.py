@@ -45,7 +45,7 @@ from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
 from core.config import GPTConfig
-from core.jsonvalues import as_float, clipped, is_count, shown
+from core.jsonvalues import as_float, clipped, is_count, param_groups_problem, shown
 from core.model import GPT
 from core.runs import ENCODED_RUNS_BYTES, RunLog, decode_runs
 from core.tokenizers import Tokenizer, tokenizer_from_spec
@@ -384,24 +384,6 @@ def check_history(rows: object, max_rows: int = MAX_HISTORY_ROWS) -> list[dict]:
     return clean
 
 
-def _param_groups_problem(groups: object) -> str:
-    """What is wrong with an optimizer's saved param_groups ('' if nothing). torch's load_state_dict
-    takes every setting in them (betas, eps, weight decay...) as it is, so a string or a NaN there
-    would only fail at the first step, or train on silently."""
-    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
-        return "param_groups must be a list of objects"
-    for index, group in enumerate(groups, 1):
-        params = group.get("params")
-        if not isinstance(params, list) or not all(is_count(i) for i in params):
-            return f"param group {index} must list its parameters as non-negative integers"
-        for key, value in group.items():
-            values = value if isinstance(value, list) else [value]
-            if key != "params" and not all(v is None or isinstance(v, bool) or
-                                           (as_float(v) is not None and math.isfinite(as_float(v))) for v in values):
-                return f"param group {index}: {clipped(str(key), 40)} must be a finite number, a flag or null, got {shown(value)}"
-    return ""
-
-
 def _parse_weights(data: bytes) -> dict[str, torch.Tensor]:
     try:
         return load_safetensors_bytes(data)
@@ -490,7 +472,7 @@ def decode_trainer_state(data: bytes, max_history: int = MAX_HISTORY_ROWS) -> di
         raise CheckpointError(f"{damaged}: {error}") from None
     if history and history[-1]["step"] > step:
         raise CheckpointError(f"{damaged}: its history goes on past its step ({step})")
-    problem = _param_groups_problem(groups)
+    problem = param_groups_problem(groups)
     if problem:
         raise CheckpointError(f"{damaged}: {problem}")
     for name in ("rng.batch", "rng.dropout"):
