@@ -1,7 +1,8 @@
-"""Command line: train a preset, sample from a checkpoint, climb the seeds' ladder, list the presets.
+"""Command line: train a preset, sample from a checkpoint, export it, climb the seeds' ladder, list the presets.
 
     python -m core train --preset shakespeare-char-cpu --out out/shakespeare
     python -m core sample --checkpoint out/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --seed 1
+    python -m core export out/shakespeare --to transformers out/shakespeare-hf --push-to-hub me/tiny-shakespeare
     python -m core ladder --steps 10000 --seed 1337 --json
     python -m core presets
 
@@ -24,6 +25,7 @@ from core import checkpoint
 from core.config import GPTConfig, TrainConfig
 from core.device import resolve_device
 from core.data import CORPORA, TokenData, default_tokenizer, load_shakespeare, read_text_file
+from core.export import push_to_hub, target, to_transformers
 from core.ladder import DEFAULT_STEPS, RUNGS, SCHEDULES, Ladder
 from core.model import GPT
 from core.pretrained import PretrainedUnavailable, load_gpt2
@@ -64,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  python -m core train --resume out/shakespeare --max-iters 3000\n"
         "  python -m core train --preset repeat --max-iters 300 --set n_layer=3 --set learning_rate=1e-3\n"
         "  python -m core sample --checkpoint out/shakespeare --prompt 'ROMEO:' --max-new-tokens 300 --seed 1\n"
+        "  python -m core export out/shakespeare --to transformers out/shakespeare-hf\n"
         "  python -m core ladder --steps 10000 --seed 1337 --json",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -112,6 +115,22 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--seed", type=int, help="for a reproducible sample")
     sample.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
     sample.add_argument("--no-cache", action="store_true", help="re-run the whole context for every token")
+
+    export = commands.add_parser(
+        "export", help="write a checkpoint as a Hugging Face transformers model, and upload it",
+        description="Write a checkpoint as a folder that transformers loads with AutoModelForCausalLM (a "
+        "GPT2LMHeadModel, LlamaForCausalLM or MistralForCausalLM, whichever its options make it) and its tokenizer "
+        "with AutoTokenizer, with a model card (README.md) and the loss curve. A model with options transformers "
+        "cannot express is refused, naming them.",
+    )
+    export.add_argument("checkpoint", type=Path, metavar="CHECKPOINT",
+                        help="folder or .zip written by 'train' or the app")
+    export.add_argument("--to", choices=["transformers"], required=True,
+                        help="the format (transformers, the only one)")
+    export.add_argument("out", type=Path, metavar="OUT", help="the folder to write (created if needed)")
+    export.add_argument("--push-to-hub", metavar="REPO",
+                        help="then upload the folder to this Hugging Face Hub model repo (created if missing), e.g. "
+                             "me/tiny-shakespeare, with the token in $HF_TOKEN or saved by `hf auth login`")
 
     ladder = commands.add_parser(
         "ladder", help="train the lecture's stages, bigram to GPT, and print each one's validation loss",
@@ -294,6 +313,29 @@ def sample(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- export
+
+
+def export(args: argparse.Namespace) -> int:
+    model, tokenizer, meta = checkpoint.load(args.checkpoint)
+    if "history" not in meta:  # the command line keeps the loss curve in the training state, not in meta
+        state = checkpoint.load_trainer_state(args.checkpoint, config=model.config)
+        meta = {**meta, "history": state["history"] if state is not None else []}
+    folder = to_transformers(model, tokenizer, meta, args.out, load_from=args.push_to_hub)
+    print(f"{target(model.config).architecture} written to {folder}", file=sys.stderr)
+    if args.push_to_hub:
+        try:
+            url = push_to_hub(folder, args.push_to_hub)
+        # The Hub's refusals (HfHubHTTPError), a missing token, offline mode, no connection (httpx2's own
+        # errors, which are not OSErrors): whatever it is, the folder is written and the message says why.
+        except Exception as error:
+            print(f"error: uploading {folder} to {args.push_to_hub} failed: {type(error).__name__}: {error}",
+                  file=sys.stderr)
+            return 1
+        print(f"uploaded to {url}", file=sys.stderr)
+    return 0
+
+
 # ---------------------------------------------------------------- ladder
 
 
@@ -334,10 +376,12 @@ def main(argv: list[str] | None = None) -> int:
             return train(args)
         if args.command == "sample":
             return sample(args)
+        if args.command == "export":
+            return export(args)
         if args.command == "ladder":
             return ladder(args)
         return list_presets()
-    # DataError, CheckpointError, bad settings, GPT-2 out of reach: a message, not a traceback
+    # DataError, CheckpointError, bad settings, GPT-2 out of reach, options transformers lacks: a message
     except (ValueError, PretrainedUnavailable) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -7,7 +7,8 @@
 - `HFTokenizer`: a pretrained Llama-family model's own tokenizer.json, through Hugging Face `tokenizers`.
 
 Each tokenizer describes itself as a small JSON-able `spec` so a checkpoint can rebuild it (a
-pretrained model's own tokenizer excepted: those models are read, never saved).
+pretrained model's own tokenizer excepted: those models are read, never saved), and as a Hugging Face
+`tokenizers.Tokenizer` that encodes exactly as it does (`huggingface()`: an exported model's tokenizer.json).
 
 Imports nothing of the project. Never imports the model, gradio, plotly or `playground`.
 """
@@ -44,6 +45,8 @@ class Tokenizer(Protocol):
     def token_label(self, token_id: int) -> str: ...
 
     def spec(self) -> dict: ...
+
+    def huggingface(self) -> tokenizers.Tokenizer: ...
 
 
 def visible(text: str) -> str:
@@ -86,6 +89,15 @@ class CharTokenizer:
     def spec(self) -> dict:
         return {"kind": "char", "chars": self.chars}
 
+    def huggingface(self) -> tokenizers.Tokenizer:
+        """Every character a word of a WordLevel vocabulary with our ids; a character outside it is an
+        error there too (the vocabulary has no unknown token)."""
+        tokenizer = tokenizers.Tokenizer(tokenizers.models.WordLevel(self._ids, unk_token=None))
+        # [\s\S]: any character, line breaks included (`.` would skip them)
+        tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex(r"[\s\S]"), behavior="isolated")
+        tokenizer.decoder = tokenizers.decoders.Fuse()  # the characters joined as they are, not with spaces
+        return tokenizer
+
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.spec(), ensure_ascii=False), encoding="utf-8")
 
@@ -94,10 +106,8 @@ class CharTokenizer:
         return tokenizer_from_spec(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
-@functools.lru_cache(maxsize=1)
-def _gpt2_encoding():
-    import tiktoken
-
+def _gpt2_ranks() -> dict[bytes, int]:
+    """GPT-2's tokens (bytes) and their ranks, read from the vendored file and checked."""
     data = GPT2_RANKS_PATH.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != GPT2_RANKS_SHA256:
@@ -110,10 +120,50 @@ def _gpt2_encoding():
         if line:
             token, rank = line.split()
             ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+@functools.lru_cache(maxsize=1)
+def _gpt2_encoding():
+    import tiktoken
+
+    ranks = _gpt2_ranks()
     return tiktoken.Encoding(
         name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
         special_tokens={END_OF_TEXT: len(ranks)}, explicit_n_vocab=len(ranks) + 1,
     )
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's printable spelling of bytes, as its vocab.json and merges.txt write tokens: the printable
+    Latin-1 bytes stand for themselves, the others (spaces, control bytes) for the characters from 256 on."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{b: chr(b) for b in printable}, **{b: chr(256 + n) for n, b in enumerate(others)}}
+
+
+@functools.lru_cache(maxsize=1)
+def _gpt2_vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """GPT-2's vocabulary and merges as Hugging Face spells them, derived from tiktoken's ranks: a token's
+    rank is the order of its merge, and its two halves are what byte-pair encoding makes of it with the
+    merges ranked before it alone (about a second, once)."""
+    ranks, spelled = _gpt2_ranks(), _bytes_to_unicode()
+
+    def spell(token: bytes) -> str:
+        return "".join(spelled[b] for b in token)
+
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        if len(token) == 1:
+            continue  # the 256 single bytes come first and merge nothing
+        parts = [bytes([b]) for b in token]
+        # Merge the earliest-ranked pair until two halves are left: in GPT-2's (checked) ranks a token's
+        # bytes always get there through merges ranked before it.
+        while len(parts) > 2:
+            _, i = min((ranks.get(a + b, len(ranks)), i) for i, (a, b) in enumerate(zip(parts, parts[1:])))
+            parts[i: i + 2] = [parts[i] + parts[i + 1]]
+        merges.append((spell(parts[0]), spell(parts[1])))
+    return {spell(token): rank for token, rank in ranks.items()}, merges
 
 
 class GPT2Tokenizer:
@@ -139,6 +189,15 @@ class GPT2Tokenizer:
 
     def spec(self) -> dict:
         return {"kind": "gpt2"}
+
+    def huggingface(self) -> tokenizers.Tokenizer:
+        """GPT-2's own tokenizer.json: byte-level BPE over GPT-2's split pattern, `<|endoftext|>` special."""
+        vocab, merges = _gpt2_vocab_and_merges()
+        tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE(vocab, merges))
+        tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = tokenizers.decoders.ByteLevel()
+        tokenizer.add_special_tokens([END_OF_TEXT])  # the last id, as in tiktoken
+        return tokenizer
 
 
 class HFTokenizer:
@@ -169,6 +228,9 @@ class HFTokenizer:
     def spec(self) -> dict:
         # Not rebuilt from a spec: its vocabulary is the pretrained model's file, which checkpoints never hold.
         return {"kind": "huggingface", "vocab_size": self.vocab_size}
+
+    def huggingface(self) -> tokenizers.Tokenizer:
+        return self._tokenizer
 
 
 def tokenizer_from_spec(spec: dict) -> Tokenizer:

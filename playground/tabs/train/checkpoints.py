@@ -1,5 +1,6 @@
 """Checkpoints on the Train tab: the session's model as a .zip to download (with the training state
-while it fits the upload cap, so Train continues exactly), and an uploaded .zip as the session's model.
+while it fits the upload cap, so Train continues exactly), an uploaded .zip as the session's model, and
+the model exported for Hugging Face `transformers` as a .zip (`core.export`, as `python -m core export`).
 
 The caps are checked on an upload's config before a byte of its weights is read (`core.checkpoint`).
 `CheckpointHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `registry` and the
@@ -18,6 +19,7 @@ from core.checkpoint import load as load_checkpoint_file
 from core.checkpoint import load_trainer_state, save_archive
 from core.config import stage_of
 from core.data import CORPORA, Task
+from core.export import to_transformers
 from core.presets import PRESETS
 from playground import validate
 from playground.figures import note_figure
@@ -50,6 +52,24 @@ class CheckpointHandlers(FormRules):
             with validate.user_errors():
                 return str(save_archive(folder / f"gpt-step{trained.step}.zip", trained.model, trained.tokenizer,
                                         checkpoint_meta(trained), trainer_state=self._downloadable_state(trained)))
+
+    def export_transformers(self, request: gr.Request) -> str:
+        """The session's model as a `transformers` model folder, zipped, to download; a model with options
+        transformers cannot express is refused, naming them."""
+        with self.registry.job(request, "exporting the model") as session:
+            trained = session.trained
+            if trained is None:
+                raise gr.Error("There is no model to export yet: train one first.")
+            folder = self._folder(session)
+            shutil.rmtree(folder, ignore_errors=True)  # only the latest download of a session is kept
+            exported = folder / f"gpt-step{trained.step}-transformers"
+            with validate.user_errors():
+                # The card's loading code reads the folder as the zip unpacks it: under its own name.
+                to_transformers(trained.model, trained.tokenizer, checkpoint_meta(trained), exported,
+                                load_from=exported.name)
+            archive = shutil.make_archive(str(exported), "zip", root_dir=folder, base_dir=exported.name)
+            shutil.rmtree(exported)  # the zip holds it
+            return archive
 
     def _downloadable_state(self, trained: TrainedModel) -> dict | None:
         """The training state, if the download can still be uploaded here with it: weights plus

@@ -6,13 +6,14 @@ The tab's parts, one module each:
 - `form`: the form declared once (`TrainForm`) and the rules that read it,
 - `run`: what Train will do, the training stream and its live views, Stop,
 - `replay`: the attention movie's replay, /attention_movie and its GIF,
-- `checkpoints`: download and upload,
+- `checkpoints`: download, upload, and the export for `transformers`,
 - `compare`: Compare runs,
 - `link`: the teacher's link (the page's address sets up the form).
 
 Public events: /train (streams; continues the session's model), /train_new (discards it first),
-/stop, /preset, /save_checkpoint, /load_checkpoint, /attention_movie, /attention_movie_frame,
-/attention_movie_gif, /compare_runs (and the UI-only preview: the parameter count and what Train will do).
+/stop, /preset, /save_checkpoint, /load_checkpoint, /export_transformers, /attention_movie,
+/attention_movie_frame, /attention_movie_gif, /compare_runs (and the UI-only preview: the parameter
+count and what Train will do).
 Nothing imports this module but the package's `__init__`: it is the top of the tab. Never imports
 another tab.
 """
@@ -191,6 +192,12 @@ def build(ctx: AppContext) -> TrainHandlers:
                     checkpoint_file = gr.File(label="Checkpoint", interactive=False)
                 gr.Markdown("The download holds the weights and, for models that still fit the upload cap, "
                             "the optimizer's state: uploaded again, **Train** continues exactly where it stopped.")
+                with gr.Row():
+                    export_btn = gr.Button("Export for transformers (.zip)")
+                    export_file = gr.File(label="transformers model", interactive=False)
+                gr.Markdown("The export is a folder that Hugging Face `transformers` loads as a GPT-2 or a Llama "
+                            "(`AutoModelForCausalLM`, `AutoTokenizer`) with the same outputs, and a model card with "
+                            "the loss curve, ready for the Hub. Options it cannot express are named instead.")
                 checkpoint_upload = gr.File(label="Upload a checkpoint .zip to continue or inspect it",
                                             file_types=[".zip"], type="filepath")
     if set(form) != set(FORM_FIELDS):
@@ -243,6 +250,7 @@ def build(ctx: AppContext) -> TrainHandlers:
     # One checkpoint at a time on the whole server: each briefly holds a model's bytes twice.
     one_at_a_time = dict(**ctx.heavy("checkpoint"), show_progress="minimal")
     save_btn.click(handlers.save_checkpoint, None, checkpoint_file, api_name="save_checkpoint", **one_at_a_time)
+    export_btn.click(handlers.export_transformers, None, export_file, api_name="export_transformers", **one_at_a_time)
     gif_btn.click(handlers.movie_gif, None, gif_file, api_name="attention_movie_gif", **one_at_a_time).success(
         _shown, None, gif_file, **quiet)  # the file box appears once there is a file
     loaded_outputs = [shown[name] for name in ("status", "progress", "loss_plot", "model_changed", "movie_note",
