@@ -24,7 +24,7 @@ import torch
 
 from core.schedule import FairShare
 from playground.context import AppContext
-from playground.errors import GuardedBlocks, harden
+from playground.errors import GuardedBlocks, harden, unknown_event_handlers
 from playground.sessions import SessionRegistry, release_memory
 from playground.settings import Settings
 from playground.store import open_store
@@ -149,14 +149,26 @@ def _browser_marker(registry: SessionRegistry):
 
 def _freer(registry: SessionRegistry):
     def free_session(request: gr.Request) -> None:
+        # Gradio runs an unload event when a page's heartbeat stream ends (the tab closed), but like any
+        # event it also answers a client that calls it by name or index: only the page's own unload frees.
+        if not _page_closed(request):
+            raise gr.Error("A session is freed when its page closes, not by a call.")
         registry.free(request)
 
     return free_session
 
 
+def _page_closed(request: gr.Request) -> bool:
+    """Whether Gradio runs this unload event because the page closed: it then passes on the request of the
+    page's heartbeat stream (its route .../heartbeat/{session_hash}) that just ended."""
+    route = getattr(request.request, "scope", {}).get("route")  # FastAPI's route that took the request
+    return route is not None and route.path.endswith("/heartbeat/{session_hash}")
+
+
 def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None = None) -> dict:
     """Secure defaults: no share link, no monitoring endpoint, no extra served paths, an upload
-    cap, server exceptions hidden (gr.Error messages are always shown)."""
+    cap, server exceptions hidden (gr.Error messages are always shown), calls to unknown events
+    answered 404 in one log line."""
     return dict(
         server_name=host,
         server_port=port,
@@ -173,4 +185,5 @@ def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None 
         css_paths=[ASSETS / "style.css"],
         footer_links=["api", "gradio", "settings"],
         run_history=False,  # nothing recorded in the browser
+        app_kwargs={"exception_handlers": unknown_event_handlers()},
     )
