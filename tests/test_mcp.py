@@ -2,6 +2,7 @@
 listed by its schema route and called with the `mcp` package's client over the streamable HTTP transport."""
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -54,7 +55,8 @@ def test_an_mcp_client_trains_and_generates(server):
                 assert not trained.isError and not generated.isError
                 return listed, trained.content[0].text, generated.content[0].text
 
-    listed, trained, generated = asyncio.run(session_calls())
+    with ThreadPoolExecutor(1) as thread:  # a loop of its own: Playwright's may be running in this thread
+        listed, trained, generated = thread.submit(asyncio.run, session_calls()).result()
     assert MAIN_TOOLS <= set(listed) and "free_session" not in listed
     assert "Done: 250 steps" in trained, trained[:300]
     assert "qwhzbkad|qwhzbkad" in generated, generated[:500]  # the copy task learned, read back over MCP
