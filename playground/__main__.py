@@ -1,8 +1,10 @@
-"""python -m playground [--host 127.0.0.1] [--port N] [--share] [--no-caps] [--open]
+"""python -m playground [--host 127.0.0.1] [--port N] [--share] [--no-caps] [--open] [--mcp]
 
 Starts the app on this machine only (127.0.0.1) at the first free port from 7860 and prints
 its URL. `--host 0.0.0.0` serves a workshop's network; `--no-caps` lifts the model-size caps
-for one person on a laptop; `--share` asks Gradio for a public link (off unless asked).
+for one person on a laptop; `--share` asks Gradio for a public link (off unless asked); `--mcp`
+also serves the public API's events as MCP tools (Gradio's MCP server, at /gradio_api/mcp/).
+`pip install -e .` installs this as the command `attention-playground`.
 
 Never imports a tab: the app assembles them.
 """
@@ -22,6 +24,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--share", action="store_true", help="also create a public gradio.live link")
     parser.add_argument("--no-caps", action="store_true", help="lift the model-size caps (for your own machine)")
     parser.add_argument("--open", action="store_true", help="open the app in a browser")
+    parser.add_argument("--mcp", action="store_true",
+                        help="also serve the API as MCP tools at /gradio_api/mcp/ (train, stop, generate, attention, ...)")
     return parser.parse_args(argv)
 
 
@@ -29,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     settings = Settings.local() if args.no_caps else Settings.from_env()
     demo = build_app(settings)
-    kwargs = launch_kwargs(settings, host=args.host, port=args.port)
+    kwargs = launch_kwargs(settings, host=args.host, port=args.port, mcp=args.mcp)
     demo.launch(**{**kwargs, "share": args.share, "inbrowser": args.open})
 
 

@@ -24,7 +24,7 @@ import torch
 
 from core.schedule import FairShare
 from playground.context import AppContext
-from playground.errors import GuardedBlocks, harden
+from playground.errors import GuardedBlocks, harden, unknown_event_handlers
 from playground.sessions import SessionRegistry, release_memory
 from playground.settings import Settings
 from playground.store import open_store
@@ -89,6 +89,7 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
         demo.load(_browser_marker(registry), None, None, api_visibility="private", **AppContext.cheap())
         demo.unload(_freer(registry))
     harden(demo)
+    _name_tools(demo)
     registry.on_free(lambda session: _forget_gradio_states(demo, [session.key]))
     _start_sweeper(demo, registry, settings)
     demo.queue(max_size=settings.max_queue_size, default_concurrency_limit=1)
@@ -140,6 +141,15 @@ def _forget_gradio_states(demo: gr.Blocks, keys: list[str]) -> None:
             holder.time_last_used.pop(key, None)
 
 
+def _name_tools(demo: gr.Blocks) -> None:
+    """Name each handler after its API name: Gradio's MCP server names a tool after its function, which
+    would make /attention `analyse` and the Baby GPT's /baby_gpt_train `train_1`. Renames harden's
+    wrappers (one per event), never the tabs' own functions."""
+    for block_fn in demo.fns.values():
+        if block_fn.fn is not None and block_fn.api_name:
+            block_fn.fn.__name__ = block_fn.api_name
+
+
 def _browser_marker(registry: SessionRegistry):
     def mark_browser(request: gr.Request) -> None:
         registry.mark_browser(request)
@@ -149,14 +159,26 @@ def _browser_marker(registry: SessionRegistry):
 
 def _freer(registry: SessionRegistry):
     def free_session(request: gr.Request) -> None:
+        # Gradio runs an unload event when a page's heartbeat stream ends (the tab closed), but like any
+        # event it also answers a client that calls it by name or index: only the page's own unload frees.
+        if not _page_closed(request):
+            raise gr.Error("A session is freed when its page closes, not by a call.")
         registry.free(request)
 
     return free_session
 
 
-def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None = None) -> dict:
+def _page_closed(request: gr.Request) -> bool:
+    """Whether Gradio runs this unload event because the page closed: it then passes on the request of the
+    page's heartbeat stream (its route .../heartbeat/{session_hash}) that just ended."""
+    route = getattr(request.request, "scope", {}).get("route")  # FastAPI's route that took the request
+    return route is not None and route.path.endswith("/heartbeat/{session_hash}")
+
+
+def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None = None, mcp: bool = False) -> dict:
     """Secure defaults: no share link, no monitoring endpoint, no extra served paths, an upload
-    cap, server exceptions hidden (gr.Error messages are always shown)."""
+    cap, server exceptions hidden (gr.Error messages are always shown), calls to unknown events
+    answered 404 in one log line, no MCP server unless `mcp` (Gradio would read $GRADIO_MCP_SERVER)."""
     return dict(
         server_name=host,
         server_port=port,
@@ -173,4 +195,6 @@ def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None 
         css_paths=[ASSETS / "style.css"],
         footer_links=["api", "gradio", "settings"],
         run_history=False,  # nothing recorded in the browser
+        app_kwargs={"exception_handlers": unknown_event_handlers()},
+        mcp_server=mcp,  # every public event a tool, named by its API name (_name_tools)
     )

@@ -12,6 +12,9 @@
 - Anything else is a server bug: its traceback is logged, and the user gets a message saying so
   (never an empty error); the session's model is untouched, since handlers only replace it once
   a new one is complete.
+- A call to an event the app does not have (`/gradio_api/call/reset`, an unknown `fn_index`) is
+  answered 404 with the reason, and logged as one line (`unknown_event_handlers`, given to the
+  FastAPI app Gradio builds): Gradio would answer 500 and log a 70-line traceback each time.
 
 Never imports core, the sessions or a tab: it wraps whatever handlers it is given.
 """
@@ -25,6 +28,9 @@ from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from gradio.route_utils import FnIndexInferError
 
 log = logging.getLogger("playground")
 MESSAGE_CHARS = 600  # what a user is shown of any message at most
@@ -37,10 +43,15 @@ def shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} more characters)"
 
 
+def one_line(text: str) -> str:
+    """`text` as one short line of the log."""
+    return shorten(text, LOG_CHARS).replace("\n", " ")
+
+
 def _answer(error: Exception, where: str) -> gr.Error:
     """The gr.Error a user sees for `error`, logged once: one line for theirs, a traceback for ours."""
     if isinstance(error, gr.Error):
-        log.info("user error in %s: %s", where, shorten(error.message, LOG_CHARS).replace("\n", " "))
+        log.info("user error in %s: %s", where, one_line(error.message))
         error.message = shorten(error.message, MESSAGE_CHARS)
         error.print_exception = False
         return error
@@ -114,3 +125,34 @@ def harden(demo: gr.Blocks) -> None:
 
 def _where(block_fn) -> str:
     return f"/{block_fn.api_name}" if block_fn.api_name else (block_fn.name or "an event")
+
+
+def unknown_event_handlers() -> dict[type[Exception], Callable]:
+    """FastAPI's `exception_handlers` for the app Gradio builds (`launch(app_kwargs=...)`): a call to an
+    event the app does not have gets 404 and its reason, and the log one line."""
+    # Gradio looks the event up without a check: an unknown name raises FnIndexInferError (/call, /run)
+    # or KeyError (/call/v2), an unknown fn_index KeyError (/queue/join, /run/predict).
+    return {FnIndexInferError: _no_such_event, KeyError: _no_such_event}
+
+
+async def _no_such_event(request: Request, error: Exception) -> JSONResponse:
+    missing = _missing_event(request, error)
+    if missing is None:
+        raise error  # a KeyError of the server's own: a bug, whose traceback the log must keep
+    reason = f"This app has no event {missing}."
+    log.info("refused %s: %s", one_line(request.url.path), one_line(reason))
+    return JSONResponse({"detail": reason}, status_code=404)
+
+
+def _missing_event(request: Request, error: Exception) -> str | None:
+    """How the request named an event the app does not have ("named /reset", "number 9999"), or None
+    when `error` is about something else."""
+    named = request.path_params.get("api_name")
+    if isinstance(error, FnIndexInferError):
+        return f"named /{named}"
+    key = error.args[0] if len(error.args) == 1 else None
+    if isinstance(key, int) and key not in request.app.get_blocks().fns:
+        return f"number {key}"
+    if named is not None and key == f"/{named}":  # /call/v2 looks the name up among the public events
+        return f"named {key}"
+    return None

@@ -33,9 +33,9 @@ def number(value, name: str, low: float | None = None, high: float | None = None
     if not math.isfinite(result):
         raise gr.Error(f"{name} must be a finite number, got {_shown(value)}.")
     if low is not None and result < low:
-        raise gr.Error(f"{name} must be at least {low:g}, got {result:g}.")
+        raise gr.Error(f"{name} must be at least {written(low)}, got {written(result)}.")
     if high is not None and result > high:
-        raise gr.Error(f"{name} must be at most {high:g}, got {result:g}. {cap}".rstrip())
+        raise gr.Error(f"{name} must be at most {written(high)}, got {written(result)}. {cap}".rstrip())
     return result
 
 
@@ -43,7 +43,7 @@ def integer(value, name: str, low: int | None = None, high: int | None = None, *
     """A whole number in [low, high] (4.0 is fine, 4.5 is not)."""
     result = number(value, name, low, high, cap=cap)
     if not result.is_integer():
-        raise gr.Error(f"{name} must be a whole number, got {result:g}.")
+        raise gr.Error(f"{name} must be a whole number, got {written(result)}.")
     return int(result)
 
 
@@ -93,6 +93,13 @@ def tokens(tokenizer, text: str, name: str) -> list[int]:
         return tokenizer.encode(text)
     except ValueError as error:
         raise gr.Error(f"{name}: {error}") from None
+
+
+def written(value: float) -> str:
+    """A number as a person writes it: 2147483648 and 0.001, never 2.14748e+09 (`:g` keeps only 6 digits
+    and would name a seed's bound and a seed just past it alike); 1e+300 where digits would run on."""
+    exact = float(value).is_integer() and abs(value) < 2**53  # every integer below 2**53 is a float exactly
+    return str(int(value)) if exact else repr(float(value))
 
 
 def _shown(value, limit: int = 40) -> str:

@@ -156,23 +156,48 @@ def running_app():
         yield app
 
 
-# ---------------------------------------------------------------- headless Chromium (Debian's)
+# ---------------------------------------------------------------- headless Chromium (whichever is here)
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ENV = "PLAYGROUND_CHROMIUM"  # a Chromium or Chrome to use, by its path
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")  # on PATH
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-dev-shm-usage"]
 SCREENSHOTS = REPO / "tests" / "screenshots"  # git-ignored: for a person to look at
 
 
+def find_chromium(bundled: str = "") -> str:
+    """The Chromium the browser tests drive: $PLAYGROUND_CHROMIUM if set, else the first of CHROMIUM_NAMES
+    on PATH, else `bundled` (Playwright's own download, `chromium.executable_path`) if it is there.
+    LookupError, in one line that says how to get one, when there is none."""
+    named = os.environ.get(CHROMIUM_ENV)
+    on_path = (shutil.which(name) for name in CHROMIUM_NAMES)
+    found = named or next((path for path in on_path if path), None) or bundled
+    if found and Path(found).is_file():
+        return found
+    looked = (f"{CHROMIUM_ENV}={named} is not a file" if named
+              else f"looked for ${CHROMIUM_ENV}, then {', '.join(CHROMIUM_NAMES)} on PATH, then Playwright's own")
+    raise LookupError(f"the browser tests need Chromium or Chrome and found none ({looked}): install one "
+                      "(apt-get install chromium, dnf install chromium, brew install --cask chromium, or "
+                      f".venv/bin/playwright install chromium) or set {CHROMIUM_ENV} to its path")
+
+
 @pytest.fixture(scope="session")
-def browser():
-    """One Chromium for every browser test; missing Chromium is a failure, not a skip."""
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"the browser tests need Debian's Chromium at {CHROMIUM} (apt-get install -y chromium)")
+def playwright_api():
+    """Playwright's sync API, started once (it cannot be started twice in one thread)."""
     from playwright.sync_api import sync_playwright
 
-    SCREENSHOTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+        yield p
+
+
+@pytest.fixture(scope="session")
+def browser(playwright_api):
+    """One Chromium for every browser test; missing Chromium is a failure, not a skip."""
+    try:
+        executable = find_chromium(playwright_api.chromium.executable_path)
+    except LookupError as error:
+        pytest.fail(str(error), pytrace=False)
+    SCREENSHOTS.mkdir(exist_ok=True)
+    chromium = playwright_api.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+    yield chromium
+    chromium.close()

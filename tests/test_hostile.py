@@ -10,6 +10,9 @@ import json
 import logging
 import math
 import os
+import signal
+import subprocess
+import sys
 import time
 import urllib.parse
 import zipfile
@@ -26,7 +29,7 @@ from core.presets import preset_configs, preset_corpus
 from core.tokenizers import CharTokenizer
 from playground.sessions import training_bytes
 from playground.settings import Settings
-from tests.conftest import serve
+from tests.conftest import REPO, free_port, serve
 
 pytestmark = pytest.mark.integration
 
@@ -82,11 +85,52 @@ class Hostile:
         assert message, f"/{api_name} failed with an empty error: {answer}"
         return message
 
+    def close_page(self, session_hash: str) -> int:
+        """What a closing tab does: its page's heartbeat stream ends, and Gradio runs the unload event
+        (which frees the session) a moment later. Returns the stream's status: 404 when no page can
+        have this hash (the route's one path segment holds no "/")."""
+        segment = urllib.parse.quote(session_hash, safe="").replace(".", "%2E")  # ".." stays a name
+        with httpx.stream("GET", f"{self.url}gradio_api/heartbeat/{segment}", timeout=30) as stream:
+            if stream.status_code == 200:
+                next(stream.iter_lines())  # "data: ALIVE": the page is open; leaving the block closes it
+            return stream.status_code
+
     def upload(self, name: str, content: bytes) -> dict:
         """A file sent to Gradio's upload route, as the FileData an event takes."""
         answer = httpx.post(f"{self.url}gradio_api/upload", files={"files": (name, content)}, timeout=60)
         answer.raise_for_status()
         return {"path": answer.json()[0], "orig_name": name, "meta": {"_type": "gradio.FileData"}}
+
+
+class Server:
+    """`python -m playground [ARGS]` in its own process on a free port, with `store` as its state store;
+    what it prints (its log) goes to the file `log` when given."""
+
+    def __init__(self, store: Path, *args: str, log: Path | None = None, wait: bool = True) -> None:
+        self.port = free_port()
+        env = {**os.environ, "PLAYGROUND_STATE_DIR": str(store), "PYTHONPATH": str(REPO)}
+        with open(log or os.devnull, "w") as output:  # the process keeps its own copy of the file
+            self.process = subprocess.Popen([sys.executable, "-m", "playground", "--port", str(self.port), *args],
+                                            cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{self.port}/"
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        """Until the server answers (it imports torch and gradio first: seconds)."""
+        deadline = time.monotonic() + 90
+        while True:
+            assert self.process.poll() is None and time.monotonic() < deadline, "the server did not start"
+            try:
+                if httpx.get(f"{self.url}config", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        self.app = Hostile(self.url)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +173,7 @@ def hostile_hashes(canary: Path) -> list[str]:
     return [str(canary), climb, "..", "../..", "a\x00/../../b", "é/../../ü", "\\..\\..\\windows", "x" * 100]
 
 
-def test_session_hashes_that_look_like_paths_touch_nothing_outside_the_app(app, tmp_path):
+def test_session_hashes_that_look_like_paths_touch_nothing_outside_the_app(running_app, app, tmp_path):
     canary = tmp_path / "canary"
     (canary / "inner").mkdir(parents=True)
     (canary / "keep.txt").write_text("still here")
@@ -142,9 +186,17 @@ def test_session_hashes_that_look_like_paths_touch_nothing_outside_the_app(app, 
         saved = app.ok("save_checkpoint", [], session_hash)[0]
         assert session_hash not in saved["path"] and "canary" not in saved["path"]
         assert app.ok("load_checkpoint", [upload], session_hash)[0].startswith("Loaded")
-        app.call("free_session", [], session_hash)  # the unload function, callable by its index
+        if app.close_page(session_hash) == 200:  # the page's unload frees the session and its files
+            wait_until(lambda: running_app[0].registry.peek(session_hash) is None)
         assert snapshot(canary) == before, session_hash
     assert snapshot(canary) == before
+
+
+def wait_until(done, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
 
 
 def test_overlong_session_hashes_are_refused_with_a_message(app):
@@ -484,3 +536,54 @@ def test_compare_and_the_gif_answer_only_for_the_callers_own_runs(app):
 ])
 def test_every_compare_field_answers_bad_values_with_its_name(app, data, name):
     assert name in app.error("compare_show", data, "comparer-bad")
+
+
+# ---------------------------------------------------------------- events that are not there, and the unload
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    """`python -m playground` in a process of its own, everything it prints in a file: (server, log)."""
+    folder = tmp_path_factory.mktemp("logged")
+    server = Server(folder / "store", log=folder / "server.log")
+    yield server, folder / "server.log"
+    server.kill()
+
+
+def test_calls_to_events_the_app_does_not_have_are_refused_in_one_log_line(logged):
+    server, log = logged
+    before = len(log.read_text().splitlines())
+    calls = [  # every way Gradio takes a call: by name, by name with keywords, by the index the page sends
+        lambda i: ("call/reset", {"data": []}), lambda i: (f"call/v2/reset-{i}", {}),
+        lambda i: (f"run/no_such_{i}", {"data": []}), lambda i: ("run/predict", {"data": [], "fn_index": 10_000 + i}),
+        lambda i: ("queue/join", {"data": [], "fn_index": 10_000 + i, "session_hash": "flood"}),
+        lambda i: ("queue/join", {"data": [], "fn_index": -i, "session_hash": "flood"}),
+    ]
+    for i in range(200):
+        path, body = calls[i % len(calls)](i + 1)
+        answer = httpx.post(f"{server.url}gradio_api/{path}", json=body, timeout=30)
+        assert answer.status_code == 404, (path, answer.status_code, answer.text[:300])
+        assert answer.json()["detail"].startswith("This app has no event "), answer.text
+    lines = log.read_text().splitlines()[before:]
+    assert len(lines) <= 200 and not [line for line in lines if "Traceback" in line], "\n".join(lines[:80])
+    assert "refused /gradio_api/call/reset: This app has no event named /reset." in lines[0]
+
+
+def test_only_the_pages_own_unload_frees_its_session(logged):
+    server, _ = logged
+    app = server.app
+    app.ok("train", form(), "kept")
+    # The unload event by the index the page would send, and by its name
+    assert "freed when its page closes" in app.error("free_session", [], "kept")
+    event = httpx.post(f"{server.url}gradio_api/call/free_session", json={"data": [], "session_hash": "kept"},
+                       timeout=30).json()["event_id"]
+    answer = httpx.get(f"{server.url}gradio_api/call/free_session/{event}", timeout=30).text
+    assert "event: error" in answer and "freed when its page closes" in answer, answer
+    assert app.ok("generate", GENERATE, "kept")[1].startswith("\nqwhzbkad|")  # the model is still there
+    assert app.close_page("kept") == 200  # the tab closes: now it goes
+    wait_until(lambda: "There is no model yet" in str(app.ok("generate", GENERATE, "kept")))
+
+
+def test_seeds_past_the_bound_are_named_in_whole_numbers(app):
+    message = app.error("train", form(seed=2**31), "seedy")
+    assert "Seed must be at most 2147483647, got 2147483648." in message, message

@@ -1,18 +1,22 @@
 """The requirements files: every import declared, the Space's file free of test tools, torch the CPU build."""
 
 import ast
+import importlib
 import re
 import sys
+import tomllib
+from fnmatch import fnmatch
 from importlib.metadata import packages_distributions, version
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RUNTIME, TESTS = REPO / "requirements.txt", REPO / "requirements-test.txt"
+PYPROJECT, README, CI = REPO / "pyproject.toml", REPO / "README.md", REPO / ".ci" / "run"
 APP_SOURCES = [REPO / "core", REPO / "playground", REPO / "app.py"]
 TEST_SOURCES = [REPO / "tests"]
 # PyTorch's CPU wheels; an *extra* index, so everything else still comes from PyPI.
 CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
-PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
+PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[A-Za-z0-9._,-]+\])?==(\S+)")  # name[extras]==version
 
 
 def normalize(name: str) -> str:
@@ -20,18 +24,21 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def requirement_lines(path: Path) -> list[str]:
+    """A requirements file's lines, comments and blank lines left out (options such as -r kept)."""
+    lines = (re.sub(r"(^|\s)#.*", "", raw).strip() for raw in path.read_text().splitlines())
+    return [line for line in lines if line]
+
+
 def read_requirements(path: Path) -> tuple[dict[str, str], list[str]]:
     """A requirements file's pins ({normalized name: version}) and its option lines (-r, --extra-index-url)."""
     pins, options = {}, []
-    for raw in path.read_text().splitlines():
-        line = re.sub(r"(^|\s)#.*", "", raw).strip()
-        if not line:
-            continue
+    for line in requirement_lines(path):
         if line.startswith("-"):
             options.append(line)
             continue
         match = PIN.fullmatch(line)
-        assert match, f"{path.name}: {raw!r} is not pinned exactly (name==version)"
+        assert match, f"{path.name}: {line!r} is not pinned exactly (name==version)"
         pins[normalize(match[1])] = match[2]
     return pins, options
 
@@ -113,3 +120,34 @@ def test_the_space_card_asks_for_the_pinned_gradio():
     card = REPO.joinpath("README.md").read_text().split("---")[1]
     sdk_version = re.search(r"^sdk_version:\s*(\S+)$", card, re.MULTILINE)[1]
     assert sdk_version == read_requirements(RUNTIME)[0]["gradio"]
+
+
+def test_pyproject_installs_the_packages_with_requirements_txts_pins_and_the_command():
+    pyproject = tomllib.loads(PYPROJECT.read_text())
+    project = pyproject["project"]
+    # requirements.txt stays the source (a Space installs it, options included); pyproject repeats its pins
+    assert project["dependencies"] == [line for line in requirement_lines(RUNTIME) if not line.startswith("-")]
+    module, function = project["scripts"]["attention-playground"].split(":")
+    assert module == "playground.__main__" and callable(getattr(importlib.import_module(module), function))
+    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {".".join(init.parent.relative_to(REPO).parts)
+                for top in ("core", "playground") for init in (REPO / top).rglob("__init__.py")}
+    assert {"core", "playground", "playground.tabs.train"} <= packages
+    left_out = {package for package in packages if not any(fnmatch(package, pattern) for pattern in include)}
+    assert not left_out, f"packages pip install -e . would not install: {sorted(left_out)}"
+    assert not any(fnmatch("tests", pattern) for pattern in include)
+
+
+def first_command(readme: str, section: str) -> str:
+    """The first line of the first code block in the README's `## section`."""
+    text = readme.split(f"\n## {section}\n", 1)[1]
+    return text.split("```bash\n", 1)[1].splitlines()[0]
+
+
+def test_the_readme_runs_and_tests_on_a_fresh_machine_in_one_line_and_ci_runs_that_line():
+    readme = README.read_text()
+    run, test = first_command(readme, "Run it"), first_command(readme, "Test it")
+    set_up = "python3 -m venv .venv && .venv/bin/pip install --retries 0 -r "
+    assert run == f"{set_up}requirements.txt && .venv/bin/python -m playground", run
+    assert test == f"{set_up}requirements-test.txt && .venv/bin/python -m pytest", test
+    assert f"{test} || status=$?" in CI.read_text().splitlines()  # exactly that, its exit status kept

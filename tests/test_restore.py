@@ -8,10 +8,6 @@ and an idle model makes room through the store."""
 import contextlib
 import io
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import zipfile
@@ -19,8 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, free_port, serve
-from test_hostile import GENERATE, TINY, Hostile, form, tiny_model_bytes
+from conftest import serve
+from test_hostile import GENERATE, TINY, Hostile, Server, form, tiny_model_bytes
 
 from playground.settings import Settings
 from playground.store import new_token
@@ -28,35 +24,6 @@ from playground.tabs.train.restore import UNREADABLE
 
 pytestmark = pytest.mark.integration
 EVAL_EVERY = 25
-
-
-class Server:
-    """`python -m playground` in its own process on a free port, with `store` as its state store."""
-
-    def __init__(self, store: Path, wait: bool = True) -> None:
-        self.port = free_port()
-        env = {**os.environ, "PLAYGROUND_STATE_DIR": str(store), "PYTHONPATH": str(REPO)}
-        self.process = subprocess.Popen([sys.executable, "-m", "playground", "--port", str(self.port)], cwd=REPO,
-                                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.url = f"http://127.0.0.1:{self.port}/"
-        if wait:
-            self.wait()
-
-    def wait(self) -> None:
-        """Until the server answers (it imports torch and gradio first: seconds)."""
-        deadline = time.monotonic() + 90
-        while True:
-            assert self.process.poll() is None and time.monotonic() < deadline, "the server did not start"
-            try:
-                if httpx.get(f"{self.url}config", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        self.app = Hostile(self.url)
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=30)
 
 
 def archives(store: Path) -> list[Path]:

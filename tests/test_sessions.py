@@ -311,6 +311,18 @@ def test_number_checks_the_range_and_names_the_cap():
         validate.integer(7, "Layers", 1, 6, cap=Settings(max_layers=6).cap_hint("max_layers"))
 
 
+def test_numbers_in_messages_are_written_in_full():
+    # :g wrote both of these as 2.14748e+09: a bound and a value just past it looked alike
+    with pytest.raises(gr.Error, match=r"Seed must be at most 2147483647, got 2147483648\."):
+        validate.integer(2**31, "Seed", 0, 2**31 - 1)
+    with pytest.raises(gr.Error, match=r"whole number, got 123456789\.5\."):
+        validate.integer(123456789.5, "Steps", 1, 10**9)
+    with pytest.raises(gr.Error, match=r"at least 1e-06, got 1e-07\."):
+        validate.number(1e-7, "Learning rate", 1e-6, 1.0)
+    with pytest.raises(gr.Error, match=r"at most 1000000000, got 1e\+300\."):
+        validate.integer(1e300, "Steps", 1, 10**9)
+
+
 def test_integer_accepts_whole_floats_only():
     assert validate.integer(4.0, "Heads", 1, 8) == 4 and isinstance(validate.integer(4.0, "Heads", 1, 8), int)
     with pytest.raises(gr.Error, match="whole number"):

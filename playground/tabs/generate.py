@@ -75,10 +75,14 @@ class GenerateHandlers:
         self.registry = ctx.registry
 
     def generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, request: gr.Request) -> Iterator[tuple]:
-        """Stream (shaded tokens, plain text, status) as the model writes.
+        """Continue `prompt` with the session's model (or GPT-2 when picked), streaming token by token.
 
         A malformed field raises gr.Error; a request the model cannot serve yields one update with
-        the tokens and text skipped (left as they were) and the reason in the status."""
+        the tokens and text skipped (left as they were) and the reason in the status.
+
+        Returns:
+            (the tokens, each with its probability, the text, status), the last one when writing ends.
+        """
         prompt, sampling = self._checked(prompt, max_new_tokens, temperature, top_k, top_p, seed)
         try:
             running = self.registry.get(request).job_name  # an expired session raises: not a mistake

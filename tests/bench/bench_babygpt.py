@@ -92,10 +92,10 @@ def bench_app(browser: bool) -> None:
 def bench_browser(url: str) -> None:
     from playwright.sync_api import sync_playwright
 
-    from tests.conftest import CHROMIUM, CHROMIUM_ARGS
+    from tests.conftest import CHROMIUM_ARGS, find_chromium
 
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        chromium = p.chromium.launch(executable_path=find_chromium(p.chromium.executable_path), args=CHROMIUM_ARGS)
         page = chromium.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(url, wait_until="domcontentloaded")
         page.get_by_role("tab", name="Baby GPT").click()

@@ -11,7 +11,7 @@ Starts `python -m playground` (default caps) on a free port in a subprocess and 
 3. a load run: N sessions open the page (so the state store keeps their models, as a browser's),
    train, generate and analyse attention, then many failing calls; the peak RSS's rise against the
    server's budget for models, and the store's bytes on disk against its budget (set small, so
-   that it must evict); then RSS after every session is closed (the unload call a closing tab makes)
+   that it must evict); then RSS after every session is closed (its page closed: the heartbeat ends)
    and the sweep has run: how far above the baseline it stays.
 Every request goes over raw HTTP with its own session hash, as tests/test_hostile.py sends them.
 """
@@ -175,7 +175,7 @@ def main() -> None:
         http.ok("train", form, "warm-up")
         http.ok("generate", GENERATE, "warm-up")
         http.ok("attention", ["qwhzbkad|qwhzbka"], "warm-up")
-        http.call("free_session", [], "warm-up")
+        http.close_page("warm-up")
         time.sleep(2)
         baseline = proc_status(server.pid, "VmRSS")
         print(f"idle RSS (baseline, after a warm-up session): {baseline:.0f} MB")
@@ -189,7 +189,7 @@ def main() -> None:
             peak = proc_status(server.pid, "VmHWM")
             said = "loaded" if answer["success"] else "refused: " + answer["output"]["error"][:60]
             print(f"{name:44s} {len(content) / 1e6:5.2f} MB  {peak - before:6.0f} MB  {peak - baseline:11.0f} MB   {said}")
-            http.call("free_session", [], f"upload-{name}")
+            http.close_page(f"upload-{name}")
 
         started = time.monotonic()
         reset_peak(server.pid)
@@ -215,7 +215,7 @@ def main() -> None:
         print(f"state store on disk: {sum(path.stat().st_size for path in kept) / 2**20:.2f} MB in {len(kept)} files, "
               f"against its budget of {args.store_budget_mb:g} MB")
         for key in keys:
-            http.call("free_session", [], key)
+            http.close_page(key)
         time.sleep(8)  # the failing calls' light sessions go after the 5 s time-to-live set above
         http.call("preset", ["repeat"], "after")  # any request; the sweeper runs on its own too
         time.sleep(2)

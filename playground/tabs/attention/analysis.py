@@ -47,10 +47,15 @@ class Handlers(AttentionBase):
     """Analyse, the pickers, the large view and the head view, and the text buttons."""
 
     def analyse(self, text: str, request: gr.Request):
-        """Run the model on `text`: status, grid, summary figure and table, pickers, large view, head view.
+        """Run the model on `text` and read every attention head; the analysis tools (head_steps, ablate,
+        head_importance, logit_lens, logit_attribution, patch, circuits) then work on this text.
 
         A text longer than the model (or this server) can take is cut to its first tokens and
         the status says so: a built-in example must not fail on a short-context model.
+
+        Returns:
+            (status, every layer x head as a heatmap grid, the heads' summary chart and table naming
+            each head's pattern, the layer and head pickers, the large view of one head, the head view).
         """
         settings = self.ctx.settings
         text = validate.text(text, "Text", settings.max_prompt_chars, cap=settings.cap_hint("max_prompt_chars"))

@@ -112,8 +112,13 @@ class RunHandlers(FormRules):
 
     @takes_the_form
     def train(self, form: TrainForm, request: gr.Request | str):
-        """Stream training: (status, progress html, loss figure, sample, attention figure, model_changed).
-        Continues the session's model while the settings still describe it."""
+        """Train the session's model with these settings (by default the copy task, 250 steps), streaming
+        as it learns; continues the session's model while the settings still describe it.
+
+        Returns:
+            (status, progress HTML, loss chart, a sample of the model's text, attention map of the
+            probe prompt, model_changed: a stamp the other tabs watch), the last one when training ends.
+        """
         yield from self._train(form, request, new=False)
 
     @takes_the_form
@@ -268,8 +273,12 @@ class RunHandlers(FormRules):
                 model_changed, movie_note, scores)
 
     def stop(self, request: gr.Request):
-        """Stop this session's training after the current step; the weights are kept. Answers once the
-        training has ended (or after STOP_WAIT_S), so the status it writes is the last word."""
+        """Stop this session's training after the current step; the weights are kept, and train goes on
+        from them. Answers once the training has ended (or after STOP_WAIT_S), so its status is the last word.
+
+        Returns:
+            the status ("Stopped at step N ..."), or nothing when no training runs.
+        """
         session = self.registry.peek(request)
         if session is None or session.job_name != "training":
             return gr.skip()  # nothing trains: leave the status ("Done: ...") as it is
