@@ -62,7 +62,7 @@ def figure_json(fig) -> dict:
 
 def test_analyse_fills_every_output_and_keeps_the_analysis(ctx, handlers):
     session = give_model(ctx)
-    status, grid, summary, table, layer, head, query, large, view = handlers.analyse("abcab|abcab", "alice")
+    status, grid, summary, table, layer, head, query, large, view, view_note = handlers.analyse("abcab|abcab", "alice")
     assert "**11 tokens**, 2 layer(s) x 3 head(s)" in status
     assert len(figure_json(grid)["data"]) == 6  # every layer x head
     assert len(table) == 6 and len(table[0]) == len(figures.SUMMARY_HEADERS)
@@ -85,11 +85,12 @@ def test_analyse_opens_the_most_distinctive_head(ctx, handlers):
         return pattern
 
     session.model.blocks[1].attn.hook_pattern.register_forward_hook(previous_token_head)
-    status, _, _, _, layer, head, _, large, view = handlers.analyse("abcdefgh", "alice")
+    status, _, _, _, layer, head, _, large, view, view_note = handlers.analyse("abcdefgh", "alice")
     assert (layer.value, head.value) == (1, 2)
     assert "L1 H2 previous-token (1.00)" in status and "the strongest is open below" in status
     assert "Layer 1, head 2" in figure_json(large)["layout"]["title"]["text"]
     assert "Layer 1" in figure_json(view)["layout"]["title"]["text"]
+    assert r"layer 1: \#7 h looks most at" in view_note and r"\#6 g in head 2 (1.00)" in view_note  # in words too
 
 
 def test_analyse_says_which_heads_the_probe_found_even_when_nothing_repeats(ctx, handlers):
@@ -187,7 +188,8 @@ def test_pickers_redraw_from_the_kept_analysis(ctx, handlers):
     large = figure_json(handlers.show_head(1, 2, "alice"))
     assert "Layer 1, head 2" in large["layout"]["title"]["text"]
     assert large["data"][0]["z"] is not None
-    view = handlers.show_query(1, 4, "alice")
+    view, note = handlers.show_query(1, 4, "alice")
+    assert note.startswith(r"**Head view**, layer 1: \#4 b looks most at")
     hover = [t for t in view.data if t.customdata is not None][0].customdata
     shown = float(hover[2].split("<br>")[0].removeprefix("head 0: "))  # key 2, head 0 first
     assert shown == pytest.approx(float(expected[1, 0, 4, 2]), abs=2e-4)  # float16 keeps ~4 digits

@@ -7,6 +7,16 @@ import textwrap
 
 import plotly.graph_objects as go
 
+# Every categorical colour of the figures (head labels, heads, runs, rungs, the baby GPT's chain, the
+# loss curves) comes from Okabe and Ito's palette ("Color Universal Design", 2008), made to stay
+# distinct under the common colour-vision deficiencies (protanopia, deuteranopia, tritanopia; about
+# 1 man in 12 has one), where plotly's defaults put red beside green. Ordered so that the first
+# four, which compared runs use together, differ most; yellow, faint on white, comes last.
+# (tests/test_palette.py checks the palette under each deficiency.)
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000", "#F0E442")
+BLUE, ORANGE, GREEN, PURPLE, VERMILLION, SKY, BLACK, YELLOW = PALETTE
+PALE_GREY = "#DDDDDD"  # no colour of its own: a head with no clear pattern
+
 # A placeholder's line in characters: it fits the narrowest plot (280 px, on a laptop's 1366 px and on a phone).
 NOTE_CHARS = 38
 

@@ -15,12 +15,13 @@ import textwrap
 import numpy as np
 import plotly.graph_objects as go
 import torch
-from plotly.colors import qualitative
 
 from core.attention import STRONG_PATTERN, HeadSummary, pool_attention, pool_keys
+from playground.figures import BLUE, GREEN, ORANGE, PALE_GREY, PALETTE, PURPLE, SKY, VERMILLION, YELLOW
 
 COLORSCALE = "Blues"
-HEAD_COLORS = qualitative.Dark24
+# The head view's heads: the palette's colours, then again dashed, then dotted (more heads than that repeat).
+HEAD_DASHES = ("solid", "dash", "dot")
 GRID_JSON_BUDGET = 1_500_000  # bytes of JSON for the whole grid, safely under the 2 MB a figure may take
 JSON_PER_CELL = 7  # a float32 as base64 with plotly's escaping
 GROUP_GAP = 0.35  # the space between groups of heads that share keys and values, in panel widths
@@ -34,8 +35,8 @@ TITLE_TOP_PX = 42
 TOP_MARGIN_PX = 104
 TOOLBAR_REMOVED = ["zoom", "pan", "select", "lasso", "zoomin", "zoomout", "autoscale", "resetscale"]
 LABEL_COLORS = {
-    "previous-token": "#1f77b4", "first-token": "#7f7f7f", "self": "#2ca02c", "fixed-offset": "#9467bd",
-    "induction": "#d62728", "mirror": "#ff7f0e", "uniform": "#bcbd22", "mixed": "#e7e7e7",
+    "previous-token": BLUE, "first-token": PURPLE, "self": GREEN, "fixed-offset": SKY,
+    "induction": VERMILLION, "mirror": ORANGE, "uniform": YELLOW, "mixed": PALE_GREY,
 }
 
 
@@ -183,7 +184,7 @@ def head_view(weights: torch.Tensor, labels: list[str], query_index: int, layer:
     rows = len(spans)
     fig = go.Figure()
     for head in range(n_head):
-        _add_head_lines(fig, pooled[head].tolist(), query_row, head, HEAD_COLORS[head % len(HEAD_COLORS)])
+        _add_head_lines(fig, pooled[head].tolist(), query_row, head)
     # hover points on the key column carry every head's exact weight
     per_head = pooled.tolist()
     hover = ["<br>".join(f"head {h}: {per_head[h][row]:.4f}" for h in range(n_head)) for row in range(rows)]
@@ -196,7 +197,7 @@ def head_view(weights: torch.Tensor, labels: list[str], query_index: int, layer:
         fig.add_trace(go.Scatter(
             x=[x] * rows, y=list(range(rows)), mode="text", text=names, hoverinfo="skip", showlegend=False,
             textposition="middle left" if side == "query" else "middle right",
-            textfont=dict(size=11, color=["#d62728" if (side == "query" and r == query_row) else
+            textfont=dict(size=11, color=[VERMILLION if (side == "query" and r == query_row) else
                                           ("#bbbbbb" if r > query_row else "#222222") for r in range(rows)]),
         ))
     note = "Click a head in the legend to hide it"
@@ -214,8 +215,11 @@ def head_view(weights: torch.Tensor, labels: list[str], query_index: int, layer:
     return fig
 
 
-def _add_head_lines(fig: go.Figure, weights: list[float], query_row: int, head: int, color: str) -> None:
-    """One legend entry per head; its lines are bucketed by weight since a trace has one opacity."""
+def _add_head_lines(fig: go.Figure, weights: list[float], query_row: int, head: int) -> None:
+    """One legend entry per head, in its colour and dash; its lines are bucketed by weight since a
+    trace has one opacity."""
+    rounds, colour = divmod(head, len(PALETTE))
+    style = dict(color=PALETTE[colour], dash=HEAD_DASHES[rounds % len(HEAD_DASHES)])
     levels = 5
     buckets: dict[int, list] = {}
     for row, weight in enumerate(weights):
@@ -229,13 +233,13 @@ def _add_head_lines(fig: go.Figure, weights: list[float], query_row: int, head: 
             xs += [0, 1, None]
             ys += [query_row, row, None]
         fig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="lines", line=dict(color=color, width=1 + 1.5 * level),
+            x=xs, y=ys, mode="lines", line=dict(style, width=1 + 1.5 * level),
             opacity=0.15 + 0.85 * level / levels, hoverinfo="skip",
             name=f"head {head}", legendgroup=f"head {head}", showlegend=first,
         ))
         first = False
     if first:  # nothing visible: still list the head so the legend has every head
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=color),
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=style,
                                  name=f"head {head}", legendgroup=f"head {head}"))
 
 

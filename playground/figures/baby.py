@@ -27,6 +27,7 @@ from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
 from core.babygpt import ChainAnalysis, Edge, TransitionGraph
+from playground.figures import BLUE, ORANGE
 
 AXIS_LIMIT = 1.5  # the circle has radius 1; room for self-loops and their labels
 BUCKETS = 10  # edges are drawn as one line trace per probability decile
@@ -42,7 +43,9 @@ PLACEMENT_ROUNDS = 2
 # A label's width and height in data units when the plot is a phone's width (about 100 px a unit;
 # a desktop gives more): labels placed apart by these stay apart at every width.
 LABEL_SIZE = (0.45, 0.15)
-SEEN_COLOUR, UNSEEN_COLOUR, WALK_COLOUR = "#4f46e5", "#f59e0b", "rgba(245, 158, 11, 0.45)"
+# Seen states filled blue, unseen ones hollow and ringed orange (the fill tells them apart without colour);
+# a walk is a wide see-through orange band under the edges, its ends ringed orange.
+SEEN_COLOUR, UNSEEN_COLOUR, WALK_COLOUR, WALK_OPACITY = BLUE, ORANGE, ORANGE, 0.45
 SEEN, UNSEEN = "in the data", "never in the data"  # short: the legend fits one line on a phone
 # Probability -> colour: the light end of "Blues" is invisible on white, so start a quarter in.
 COLORSCALE = [[x / 10, sample_colorscale("Blues", 0.25 + 0.75 * x / 10)[0]] for x in range(11)]
@@ -260,7 +263,7 @@ def chain_figure(
         steps = Counter(zip(walk, walk[1:]))
         xs, ys = _polyline([curves[step] for step in steps])
         fig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="lines", line=dict(color=WALK_COLOUR, width=12), hoverinfo="skip",
+            x=xs, y=ys, mode="lines", line=dict(color=WALK_COLOUR, width=12), opacity=WALK_OPACITY, hoverinfo="skip",
             name=f"walk: {len(walk) - 1} steps", legendrank=3,
         ))
 
@@ -322,7 +325,7 @@ def chain_figure(
     ))
     shapes = _state_shapes(positions, unseen, node_r)
     if walk:
-        shapes += [_circle(positions[s], 1.4 * node_r, layer="above", line=dict(color=UNSEEN_COLOUR, width=3))
+        shapes += [_circle(positions[s], 1.4 * node_r, layer="above", line=dict(color=WALK_COLOUR, width=3))
                    for s in ends]
 
     # The graph is a square as wide as the plot allows, at the top: on a narrow (phone) plot the

@@ -7,12 +7,12 @@ Never imports a tab, the sessions or gradio: figures draw the numbers they are g
 from __future__ import annotations
 
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 
 from core.runs import RunRecord
+from playground.figures import PALETTE
 from playground.figures.attention import heatmap_rows
 
-RUN_COLORS = qualitative.D3
+RUN_COLORS = PALETTE  # the kept runs (four) take its first colours, the most distinct
 COMPARE_JSON_BUDGET = 600_000  # the attention rows of up to four runs, redrawn on each choice
 
 

@@ -12,11 +12,11 @@ import json
 import plotly.graph_objects as go
 from gradio.components.plot import PlotData
 
-from playground.figures import wrapped
+from playground.figures import PALETTE, wrapped
 from playground.figures.training import _finite  # JSON has no NaN: a missing estimate is a gap
 
-# One colour per rung, in rung order (the ladder has seven; the colours go round if it has more).
-RUNG_COLORS = ("#94a3b8", "#f59e0b", "#10b981", "#0ea5e9", "#6366f1", "#e11d48", "#111827")
+# One colour per rung, in rung order (the ladder has seven, the palette eight; they go round past that).
+RUNG_COLORS = PALETTE
 EMPTY_NOTE = "Press Climb the ladder: each rung's validation curve appears here."
 
 

@@ -14,12 +14,10 @@ import plotly.graph_objects as go
 import torch
 from gradio.components.plot import PlotData
 
-from playground.figures import note_figure, wrapped
+from playground.figures import BLUE, GREEN, ORANGE, PALETTE, VERMILLION, note_figure, wrapped
 
 MAX_POINTS = 600  # per line: a long run stays a small payload at several updates a second
-TRAIN_COLOR = "#6366f1"
-VAL_COLOR = "#f59e0b"
-ANSWER_COLOR = "#10b981"
+TRAIN_COLOR, VAL_COLOR, ANSWER_COLOR = BLUE, ORANGE, GREEN
 
 
 def loss_figure(history: list[dict], max_iters: int | None = None) -> PlotData:
@@ -94,14 +92,14 @@ def _thin(rows: list[dict], limit: int) -> list[dict]:
 
 
 HEAD_SCORE_LINES = 3  # per pattern: the strongest heads only, so the chart stays legible
-ONSET_COLOR = "#dc2626"
+ONSET_COLOR = VERMILLION
 
 
 def head_scores_plot(curves: dict[str, tuple[list[int], torch.Tensor] | None], onset: int | None) -> PlotData:
     """Each head's pattern scores over training, one panel per pattern (`curves`: pattern -> (steps,
     (F, L, H) scores), as `AttentionMovie.score_curve` gives them, or None where the probe cannot
-    show it), the HEAD_SCORE_LINES heads that scored highest in each; a vertical marker at `onset`,
-    the step an induction head formed.
+    show it), the HEAD_SCORE_LINES heads that scored highest in each (the strongest in the palette's
+    first colour, and so on); a vertical marker at `onset`, the step an induction head formed.
 
     A live run redraws it at every snapshot, so, like the loss chart, it comes as Plotly JSON: plain
     traces and a layout built once per set of panels and onset (a checked figure cost ~30 ms each time:
@@ -115,11 +113,12 @@ def head_scores_plot(curves: dict[str, tuple[list[int], torch.Tensor] | None], o
         n_head = scores.size(2)
         strongest = scores.amax(0).flatten().topk(min(HEAD_SCORE_LINES, scores[0].numel())).indices.tolist()
         axis = "" if row == 1 else str(row)
-        for index in strongest:
+        for rank, index in enumerate(strongest):
             layer, head = divmod(index, n_head)
             traces.append(dict(
                 type="scatter", x=list(steps), y=_finite(scores[:, layer, head].tolist()), mode="lines",
-                name=f"L{layer} H{head}", legendgroup=pattern, showlegend=False, line=dict(width=1.5),
+                name=f"L{layer} H{head}", legendgroup=pattern, showlegend=False,
+                line=dict(color=PALETTE[rank], width=1.5),
                 xaxis=f"x{axis}", yaxis=f"y{axis}",
                 hovertemplate=f"L{layer} H{head}<br>step %{{x}}<br>{pattern} %{{y:.2f}}<extra></extra>",
             ))

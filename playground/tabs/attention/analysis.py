@@ -26,7 +26,7 @@ from core.tokenizers import token_labels
 from playground import validate
 from playground.context import AppContext
 from playground.figures import attention as figures
-from playground.tabs.attention.common import Analysis, AttentionBase, Page, plot, reading_of
+from playground.tabs.attention.common import Analysis, AttentionBase, Page, md, plot, reading_of
 
 EXAMPLES = [
     "First Citizen:\nBefore we proceed any further, hear me speak.",
@@ -55,7 +55,8 @@ class Handlers(AttentionBase):
 
         Returns:
             (status, every layer x head as a heatmap grid, the heads' summary chart and table naming
-            each head's pattern, the layer and head pickers, the large view of one head, the head view).
+            each head's pattern, the layer and head pickers, the large view of one head, the head view and
+            its note: where the query looks most in each head).
         """
         settings = self.ctx.settings
         text = validate.text(text, "Text", settings.max_prompt_chars, cap=settings.cap_hint("max_prompt_chars"))
@@ -108,7 +109,7 @@ class Handlers(AttentionBase):
             gr.Dropdown(choices=[(name, i) for i, name in enumerate(figures.axis_labels(
                 analysis.labels, [(t, t + 1) for t in range(n_tokens)]))], value=query),
             figures.head_heatmap(maps[layer, head], analysis.labels, layer, head),
-            figures.head_view(head_view(maps, query)[layer], analysis.labels, query, layer),
+            *self._head_view(analysis, layer, query),
         )
 
     def show_head(self, layer, head, request: gr.Request):
@@ -118,12 +119,22 @@ class Handlers(AttentionBase):
         return figures.head_heatmap(analysis.weights()[layer, head], analysis.labels, layer, head)
 
     def show_query(self, layer, query, request: gr.Request):
-        """The head view of one query token in one layer of the last analysis."""
+        """The head view of one query token in one layer of the last analysis, and its note."""
         analysis = self._analysis(request)
         layer, _ = self._layer_head(analysis, layer, 0)
         query = validate.integer(query, "Query token", 0, len(analysis.ids) - 1)
+        return self._head_view(analysis, layer, query)
+
+    @staticmethod
+    def _head_view(analysis: Analysis, layer: int, query: int) -> tuple:
+        """(figure, note): where `query` looks in each head of `layer`; the note says it in words (the
+        figure's text equivalent): the key each head weighs most."""
         weights = head_view(analysis.weights(), query)[layer]  # (H, T)
-        return figures.head_view(weights, analysis.labels, query, layer)
+        names = figures.axis_labels(analysis.labels, [(t, t + 1) for t in range(len(analysis.labels))])
+        strongest = ", ".join(f"{md(names[key])} in head {h} ({float(weights[h, key]):.2f})"
+                              for h, key in enumerate(weights.argmax(-1).tolist()))
+        note = f"**Head view**, layer {layer}: {md(names[query])} looks most at {strongest}."
+        return figures.head_view(weights, analysis.labels, query, layer), note
 
     def select_head(self, evt: gr.SelectData, request: gr.Request):
         """A click on a row of the summary table opens that head in the large view."""
@@ -259,21 +270,22 @@ def build(ctx: AppContext, handlers: Handlers) -> tuple[Page, Dependency]:
     with gr.Row():
         large = plot("One head, large", "attention-large")
         view = plot("Head view: where a token looks", "attention-view")
+    view_note = gr.Markdown(elem_id="attention-view-note")
     with gr.Accordion("Per-head table (click a row to open that head)", open=False):
         gr.Markdown(figures.SUMMARY_LEGEND, elem_id="attention-table-legend")
         table = gr.Dataframe(headers=figures.SUMMARY_HEADERS, interactive=False, wrap=True,
                              column_widths=figures.SUMMARY_WIDTHS,
                              show_search="search", elem_id="attention-table")
 
-    outputs = [status, grid, summary_plot, table, layer, head, query, large, view]
+    outputs = [status, grid, summary_plot, table, layer, head, query, large, view, view_note]
     analysed = gr.on([analyse.click, text.submit], handlers.analyse, [text], outputs, api_name="attention",
                      **ctx.heavy("attention"))
     last.click(handlers.last_text, None, text, api_name="attention_last_text", **ctx.cheap())
     probe.click(handlers.probe, None, text, api_name="attention_probe", **ctx.cheap())
     gr.on([layer.input, head.input], handlers.show_head, [layer, head], large, api_name="attention_head",
           **ctx.cheap())
-    gr.on([layer.input, query.input], handlers.show_query, [layer, query], view, api_name="attention_query",
-          **ctx.cheap())
+    gr.on([layer.input, query.input], handlers.show_query, [layer, query], [view, view_note],
+          api_name="attention_query", **ctx.cheap())
     # UI-only: a table click carries nothing an API caller needs
     head_picked = table.select(handlers.select_head, None, [layer, head, large], api_name="attention_select",
                                api_visibility="private", **ctx.cheap())

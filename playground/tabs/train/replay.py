@@ -153,7 +153,8 @@ def snapshot_due(movie: AttentionMovie, event, affordable: bool) -> bool:
 
 def movie_note(movie: AttentionMovie | None, recording: bool) -> str:
     """What the movie holds (the steps it covers: a snapshot is skipped while the view budget is spent,
-    so there may be fewer than one every `movie.every` steps), and its memory bound."""
+    so there may be fewer than one every `movie.every` steps), and its memory bound; then the head
+    scores chart and the live map in words (their text equivalent, beside them)."""
     if movie is None:
         return "This model has no attention to record."
     frames, every = movie.frames, "step" if movie.every == 1 else f"{movie.every} steps"
@@ -161,7 +162,25 @@ def movie_note(movie: AttentionMovie | None, recording: bool) -> str:
     span = f" of steps {frames[0].step}–{frames[-1].step}" if len(frames) > 1 else ""
     return (f"{'Recording' if recording else 'Replay'}: {count}{span} (at most one every {every}; fewer while "
             f"taking them would slow the training), {movie.nbytes / 1024:,.1f} KB of at most "
-            f"{movie.max_bytes / 2**20:g} MiB.")
+            f"{movie.max_bytes / 2**20:g} MiB.{scores_summary(movie)}")
+
+
+def scores_summary(movie: AttentionMovie) -> str:
+    """The strongest head of each scored pattern on the probe at the last snapshot, and the step an
+    induction head formed: '' before the first snapshot."""
+    if not movie.frames:
+        return ""
+    last, strongest = movie.frames[-1], []
+    for pattern in SCORED:
+        scores = last.scores[pattern]
+        if scores is None or not scores.isfinite().any():  # the probe cannot show it; a diverged model
+            continue
+        layer, head = divmod(int(scores.nan_to_num(-1.0).argmax()), scores.size(1))
+        strongest.append(f"{pattern} L{layer} H{head} ({float(scores[layer, head]):.2f})")
+    onset = induction_onset(movie)
+    formed = "" if onset is None else f" An induction head formed at step {onset:,}."
+    heads = f" Each pattern's strongest head at step {last.step:,}: {', '.join(strongest)}." if strongest else ""
+    return heads + formed
 
 
 def scores_plot(movie: AttentionMovie) -> PlotData:
