@@ -12,6 +12,7 @@ The top of core: it may import any of core. Never imports gradio, plotly or `pla
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import statistics
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from core import checkpoint
+from core import checkpoint, distributed
 from core.config import GPTConfig, TrainConfig
 from core.device import resolve_device
 from core.data import CORPORA, TokenData, default_tokenizer, load_shakespeare, read_text_file
@@ -210,20 +211,49 @@ def train(args: argparse.Namespace) -> int:
     # a task corpus's answers (for answers_only and the answer score); none in a user's own text
     answer_after = None if text_file else CORPORA[get_preset(preset_name).corpus].answer_after
     data = TokenData.from_text(text, tokenizer, model_config.block_size, answer_after=answer_after)
-    trainer = Trainer(model, data, train_config, tokenizer=tokenizer)
-    if state is not None:
-        trainer.load_state_dict(state)
-        if trainer.step >= train_config.max_iters:
-            raise ValueError(f"the checkpoint has already trained {trainer.step} of {train_config.max_iters} steps; "
-                             f"pass --max-iters with more than {trainer.step} to go on")
     resumed_folder = args.resume if args.resume and args.resume.is_dir() else None
     out = args.out or resumed_folder or Path("out") / preset_name
     meta = {"preset": preset_name, "text_file": str(text_file) if text_file else None,
             "train_config": train_config.to_dict()}
-    print(f"{preset_name}: {model.parameter_counts()['total']:,} parameters, {len(data.train):,} training tokens, "
-          f"device {trainer.device}, {torch.get_num_threads()} CPU threads"
-          + (f", resuming at step {trainer.step}" if state is not None else ""), file=sys.stderr)
+    with distributed.joined(train_config.device) as processes:
+        # The trainer lives in the call alone: under DDP it must be gone when the block ends (see joined)
+        return _train(Trainer(model, data, train_config, tokenizer=tokenizer, processes=processes), state, out, meta)
 
+
+def _train(trainer: Trainer, state: dict | None, out: Path, meta: dict) -> int:
+    """Go on from `state` (if any) and train: in process 0 (or the only one), with progress and checkpoints."""
+    if state is not None:
+        trainer.load_state_dict(state)
+        if trainer.step >= trainer.config.max_iters:
+            raise ValueError(f"the checkpoint has already trained {trainer.step} of {trainer.config.max_iters} steps; "
+                             f"pass --max-iters with more than {trainer.step} to go on")
+    processes = trainer.processes
+    if not processes.main:
+        return _train_alongside(trainer)
+    if processes.distributed:
+        world = processes.world_size
+        print(f"Training with DDP on {world} process{'es' if world > 1 else ''} ({processes.backend}, "
+              f"{trainer.device.type}): each step's global batch of {trainer.config.batch_size} rows is "
+              f"{world} x {trainer.accumulation_steps} micro-batch(es) (gradient accumulation) "
+              f"x {trainer.micro_batch} rows", file=sys.stderr)
+    print(f"{meta['preset']}: {trainer.model.parameter_counts()['total']:,} parameters, "
+          f"{len(trainer.train_data):,} training tokens, device {trainer.device}, {torch.get_num_threads()} CPU threads"
+          + (f", resuming at step {trainer.step}" if state is not None else ""), file=sys.stderr)
+    return _train_and_report(trainer, out, meta)
+
+
+def _train_alongside(trainer: Trainer) -> int:
+    """A DDP process besides process 0: it trains in step with the others, silently (process 0 reports
+    and saves for all: they hold the same weights and state); the exit code is process 0's."""
+    event = None
+    with contextlib.suppress(KeyboardInterrupt):  # process 0 says so, and saves
+        for event in trainer.run():
+            pass
+    return 1 if event is not None and event.error else 0
+
+
+def _train_and_report(trainer: Trainer, out: Path, meta: dict) -> int:
+    """Run the training, printing progress and saving a checkpoint at every evaluation and at the end."""
     first_step = trainer.step
     interactive = sys.stderr.isatty()
     step_times: list[float] = []
@@ -242,7 +272,7 @@ def train(args: argparse.Namespace) -> int:
                 print("\r" + _progress(event, val_loss), end="", file=sys.stderr, flush=True)
             if event.val_loss is not None:
                 print(("\r" if interactive else "") + _progress(event, val_loss), file=sys.stderr, flush=True)
-                _save(out, trainer, tokenizer, meta, val_loss)  # a crash loses at most one interval
+                _save(out, trainer, meta, val_loss)  # a crash loses at most one interval
     except KeyboardInterrupt:
         print("\ninterrupted: saving the weights learned so far", file=sys.stderr)
     if interactive:
@@ -252,9 +282,9 @@ def train(args: argparse.Namespace) -> int:
         print(event.error, file=sys.stderr)
 
     wall = time.perf_counter() - started
-    _save(out, trainer, tokenizer, meta, val_loss)
+    _save(out, trainer, meta, val_loss)
     median = statistics.median(step_times) if step_times else float("nan")
-    tokens = train_config.batch_size * model_config.block_size
+    tokens = trainer.config.batch_size * trainer.model.config.block_size
     print(
         f"{_steps_made(first_step, trainer.step)} in {wall:.1f} s: median {median * 1000:.1f} ms/iter, "
         f"{tokens / median:,.0f} tokens/s, final val loss {val_loss if val_loss is not None else float('nan'):.4f}\n"
@@ -283,9 +313,9 @@ def _resumed_config(meta: dict, overrides: dict) -> TrainConfig:
     return TrainConfig(**{**saved, **overrides})
 
 
-def _save(out: Path, trainer: Trainer, tokenizer, meta: dict, val_loss: float | None) -> None:
+def _save(out: Path, trainer: Trainer, meta: dict, val_loss: float | None) -> None:
     meta = {**meta, "step": trainer.step, "val_loss": val_loss}
-    checkpoint.save(out, trainer.model, tokenizer, meta, trainer_state=trainer.state_dict())
+    checkpoint.save(out, trainer.model, trainer.tokenizer, meta, trainer_state=trainer.state_dict())
 
 
 # ---------------------------------------------------------------- sample

@@ -222,7 +222,11 @@ def stage_of(config: GPTConfig) -> str | None:
 @dataclass
 class TrainConfig:
     max_iters: int = 2000
-    batch_size: int = 12
+    batch_size: int = 12  # rows of the global batch: one optimizer step's, across all processes (DDP)
+    # Rows per forward pass; the gradients of a process's micro-batches add up before the step
+    # (gradient accumulation), so memory bounds the micro-batch, not the batch. 0: a process's whole
+    # share of the batch at once (batch_size / processes).
+    micro_batch_size: int = 0
     learning_rate: float = 1e-3
     min_lr: float = 1e-4
     warmup_iters: int = 100
@@ -246,8 +250,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         positive = ("max_iters", "batch_size", "eval_interval", "eval_iters")
-        non_negative = ("warmup_iters", "lr_decay_iters", "seed", "sample_interval", "sample_tokens",
-                        "attention_interval")
+        non_negative = ("micro_batch_size", "warmup_iters", "lr_decay_iters", "seed", "sample_interval",
+                        "sample_tokens", "attention_interval")
         for name in positive + non_negative:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < (name in positive):

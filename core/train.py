@@ -15,6 +15,13 @@ Devices and precision (`core.device`): `device="auto"` picks CUDA, then Apple MP
 in float32 elsewhere; `compile=True` wraps the model in `torch.compile`. The library never changes torch's
 thread count: a process running several trainings should set it (the CLI has --threads).
 
+Several processes (DDP, `core.distributed`): each draws the whole global batch of `batch_size` rows
+from the same seeded generator, trains on its share of the rows `micro_batch_size` at a time (gradient
+accumulation), and DistributedDataParallel averages the gradients: the processes take the steps one
+process would take on the whole batch and stay equal (weights, optimizer, random states, loss curve),
+so any one of them can save them all. Their dropout differs: a seed drawn from the shared state, plus
+the rank. Evaluation is split between them and reduced: every process gets the same loss.
+
 Sharing the CPU: trainings of one process given the same `core.schedule.FairShare` take turns
 step by step, round-robin, so many of them advance together (a workshop server); the time spent
 waiting for turns counts in the ETA.
@@ -39,11 +46,13 @@ from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 from core.attention import attention_maps
 from core.data import TokenData, answer_mask, every_window_has_an_answer, get_batch
 from core.config import TrainConfig
-from core.device import autocast_dtype, resolve_device
+from core.device import autocast_dtype
+from core.distributed import SINGLE, Processes, seeded
 from core.model import GPT
 from core.optim import configure_optimizer, learning_rate_at
 from core.sample import answer_questions, generate
@@ -90,15 +99,20 @@ class Trainer:
         tokenizer: Tokenizer | None = None,
         probe_text: str | None = None,
         share: FairShare | None = None,
+        processes: Processes = SINGLE,
     ) -> None:
         self.config = config
         self.share = share
-        self.device = resolve_device(config.device)
+        self.processes = processes
+        self.device = processes.device(config.device)
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
         block_size = model.config.block_size
         if min(len(data.train), len(data.val)) <= block_size:
             raise ValueError(f"the data is too short for a context of {block_size} tokens")
+        # This process's rows of each global batch, and its micro-batches' (gradient accumulation).
+        self._rows, self.micro_batch = processes.share(config.batch_size, config.micro_batch_size)
+        self.accumulation_steps = (self._rows.stop - self._rows.start) // self.micro_batch
         self.train_data = data.train.to(self.device)
         self.val_data = data.val.to(self.device)
         self.answer_tokens = data.answer_tokens  # a task's separator and newline: where its answers are
@@ -114,6 +128,10 @@ class Trainer:
         self._amp_dtype = autocast_dtype(self.device, config.dtype)
         # The compiled module shares the parameters; hooks (attention snapshots) use the plain one.
         self._forward = torch.compile(model) if config.compile else model
+        # Training's forward passes go through DDP, which averages the gradients across processes in
+        # the backward pass; evaluations, samples and snapshots need no gradients and use the model.
+        self._train_forward = self._forward if not processes.distributed else DistributedDataParallel(
+            self._forward, device_ids=[self.device] if self.device.type == "cuda" else None)
         self._params = [p for p in model.parameters() if p.requires_grad]
         # The one snapshot a divergence goes back to: its weights, step and validation loss (if known).
         self._good = [p.detach().clone() for p in self._params]
@@ -187,7 +205,8 @@ class Trainer:
 
     @torch.no_grad()
     def estimate_loss(self, splits: tuple[str, ...] = ("train", "val")) -> dict[str, float]:
-        """Mean loss on `eval_iters` fixed batches of each split; the model keeps its mode."""
+        """Mean loss on `eval_iters` fixed batches of each split; the model keeps its mode. Under DDP
+        the processes share the batches out and every one gets the mean."""
         was_training = self.model.training
         self.model.eval()
         losses = {}
@@ -195,11 +214,12 @@ class Trainer:
             data = {"train": self.train_data, "val": self.val_data}[split]
             rng = torch.Generator().manual_seed(self.config.seed + 2)  # the same batches every time
             total = torch.zeros((), device=self.device)
-            for _ in range(self.config.eval_iters):
-                x, y = self._batch(data, rng, self._counted)
-                with self._autocast():
-                    total += self._forward(x, y)[1].float()
-            losses[split] = total.item() / self.config.eval_iters
+            for i in range(self.config.eval_iters):
+                x, y = self._batch(data, rng, self._counted)  # every process draws every batch: rng in step
+                if i % self.processes.world_size == self.processes.rank:  # and scores its own
+                    with self._autocast():
+                        total += self._forward(x, y)[1].float()
+            losses[split] = self.processes.sum(total).item() / self.config.eval_iters
         self.model.train(was_training)
         return losses
 
@@ -280,16 +300,11 @@ class Trainer:
         lr = learning_rate_at(self.step, cfg.learning_rate, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        x, y = self._batch(self.train_data, self._batch_rng, self._counted)
-
-        self.model.train()
-        with self._private_dropout_rng(), self._autocast():
-            _, loss = self._forward(x, y)
-        loss.backward()
+        loss = self._accumulate_gradients(*self._batch(self.train_data, self._batch_rng, self._counted))
         # With clipping off, an infinite bound still returns the norm the guard needs.
         grad_norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.grad_clip or math.inf)
         # One host sync per step: the loss the event reports and the divergence check.
-        loss_value, norm_value = torch.stack([loss.detach().float(), grad_norm.float()]).tolist()
+        loss_value, norm_value = torch.stack([loss, grad_norm.float()]).tolist()
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)) or loss_value > self._loss_ceiling:
             return self._diverged(loss_value, norm_value, lr, until)
 
@@ -322,6 +337,25 @@ class Trainer:
         self.elapsed += finished - started
         event.elapsed, event.tokens_per_sec, event.eta = self.elapsed, self._tokens_per_sec(), self._eta(until)
         return event
+
+    def _accumulate_gradients(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Leave the gradient of the global batch (x, y)'s mean loss in the parameters, and return that
+        loss: this process's rows of the batch, one micro-batch at a time, then DDP's average."""
+        # The batch's loss is the mean over its counted targets (all, or the answers alone: then some
+        # rows count more than others): each micro-batch's mean weighs by its part of those targets.
+        counted, total = (y >= 0).sum(), torch.zeros((), device=self.device)
+        micro_batches = list(zip(x[self._rows].split(self.micro_batch), y[self._rows].split(self.micro_batch)))
+        self.model.train()
+        with self._private_dropout_rng():
+            for i, (xs, ys) in enumerate(micro_batches):
+                sync = i == len(micro_batches) - 1 or not self.processes.distributed  # average once, at the end
+                with contextlib.nullcontext() if sync else self._train_forward.no_sync():
+                    with self._autocast():
+                        _, loss = self._train_forward(xs, ys)
+                    weight = (ys >= 0).sum() / counted
+                    (loss * weight * self.processes.world_size).backward()  # DDP divides the sum by this
+                total += loss.detach().float() * weight
+        return self.processes.sum(total)  # the whole batch's loss, the same in every process
 
     def _diverged(self, loss_value: float, norm_value: float, lr: float, until: int) -> TrainEvent:
         """Stop on a non-finite or exploded loss or gradient norm; go back to the last good weights."""
@@ -400,6 +434,13 @@ class Trainer:
     def _private_dropout_rng(self):
         if self.model.config.dropout == 0:
             yield
+            return
+        if self.processes.distributed:  # see the module docstring
+            rng = torch.Generator().set_state(self._dropout_rng)
+            seed = int(torch.randint(2**62, (), generator=rng))
+            self._dropout_rng = rng.get_state()
+            with seeded(seed + self.processes.rank, self.device):
+                yield
             return
         with torch.random.fork_rng(devices=[]):
             torch.set_rng_state(self._dropout_rng)

@@ -10,6 +10,8 @@ variants are interleaved A, B, A, B... so that load from other work hits them al
     # on a GPU: nanoGPT's GPU recipe until validation loss reaches 1.48, timed from process launch
     python tests/bench/bench_train.py --preset shakespeare-char --device cuda --variants bf16,compile-bf16 \
         --iters 2500 --repeats 1 --target-loss 1.48 --stop-at-target
+    # DDP: each run launched by torchrun on 1 and on 2 processes (0: a plain process), the same global batch
+    python tests/bench/bench_train.py --variants fp32 --ddp 0,1,2 --iters 300 --repeats 3
 
 Prints one line per run and a summary per variant: median ms/iter (evaluation steps excluded),
 tokens/s, the spread of the per-run medians, first-step time (includes compilation), wall time,
@@ -17,7 +19,8 @@ peak RSS (and peak GPU memory) and the final validation loss, both as the traine
 (the preset's number of fixed batches, like nanoGPT's random ones) and over the whole validation
 split (every block-sized window, no noise). With --target-loss, also the wall time from launching
 the process (Python start, imports, data, compilation and evaluations included) to the first
-evaluation at or below that loss.
+evaluation at or below that loss. With --ddp, tokens/s counts the global batch (all processes),
+and the memory is process 0's.
 """
 
 from __future__ import annotations
@@ -32,10 +35,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from host import describe_host  # this script's folder is on sys.path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
 # Tiny Shakespeare from ../shared/data as in the tests, unless the caller says otherwise.
 os.environ.setdefault("PLAYGROUND_DATA_DIR", str(REPO.parent / "shared" / "data"))
+if TYPE_CHECKING:
+    from core.distributed import Processes
 VARIANTS = {  # name -> TrainConfig overrides
     "fp32": dict(dtype="float32", compile=False),
     "bf16": dict(dtype="bfloat16", compile=False),
@@ -48,9 +57,19 @@ VARIANTS = {  # name -> TrainConfig overrides
 
 
 def worker(preset: str, variant: str, iters: int, threads: int | None, device: str, seed: int | None,
-           target_loss: float | None, stop_at_target: bool, launched: float) -> dict:
-    """One training run in this process; returns its figures. `launched` is the parent's time.time()."""
-    sys.path.insert(0, str(REPO))
+           target_loss: float | None, stop_at_target: bool, launched: float) -> dict | None:
+    """One training run in this process, or in this and the other processes torchrun started; returns its
+    figures (None in a process other than DDP's process 0). `launched` is the parent's time.time()."""
+    from core.distributed import joined
+
+    with joined(device) as processes:
+        result = train(preset, variant, iters, threads, device, seed, target_loss, stop_at_target, launched,
+                       processes)
+    return result if processes.main else None
+
+
+def train(preset: str, variant: str, iters: int, threads: int | None, device: str, seed: int | None,
+          target_loss: float | None, stop_at_target: bool, launched: float, processes: Processes) -> dict:
     import torch
 
     from core.data import TokenData
@@ -68,7 +87,7 @@ def worker(preset: str, variant: str, iters: int, threads: int | None, device: s
     )
     data = TokenData.from_text(text, tokenizer, model_config.block_size)
     torch.manual_seed(train_config.seed)
-    trainer = Trainer(GPT(model_config), data, train_config)
+    trainer = Trainer(GPT(model_config), data, train_config, processes=processes)
     step_times, first_step, last, val_loss = [], None, time.perf_counter(), None
     evaluations, reached = [], None
     for event in trainer.run():
@@ -88,7 +107,7 @@ def worker(preset: str, variant: str, iters: int, threads: int | None, device: s
                 if stop_at_target:
                     trainer.stop()
     median = statistics.median(step_times)
-    full_val = full_split_loss(trainer.model, trainer.val_data, model_config.block_size)
+    full_val = full_split_loss(trainer.model, trainer.val_data, model_config.block_size) if processes.main else None
     gpu_peak_mb = torch.cuda.max_memory_allocated() / 2**20 if trainer.device.type == "cuda" else None
     return {
         "variant": variant, "iters": trainer.step, "ms_per_iter": 1000 * median,
@@ -127,26 +146,38 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (default: cpu)")
     parser.add_argument("--target-loss", type=float, help="report the wall time to this validation loss")
     parser.add_argument("--stop-at-target", action="store_true", help="end a run once it reaches --target-loss")
+    parser.add_argument("--ddp", help="comma-separated numbers of processes: each run is launched by torchrun with "
+                        "that many (DDP, one share of the global batch each; 0: a plain process), e.g. 0,1,2")
     parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.worker:
-        print(json.dumps(worker(args.preset, args.worker, args.iters, args.threads, args.device,
-                                int(args.seeds) if args.seeds else None, args.target_loss, args.stop_at_target, args.launched)))
+        result = worker(args.preset, args.worker, args.iters, args.threads, args.device,
+                        int(args.seeds) if args.seeds else None, args.target_loss, args.stop_at_target, args.launched)
+        if result is not None:
+            print(json.dumps(result))
         return
+    print(describe_host())
     variants = args.variants.split(",")
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {list(VARIANTS)}")
     seeds = [int(seed) for seed in args.seeds.split(",")] if args.seeds else [None]
-    jobs = [(round_, variant, seed) for round_ in range(args.repeats) for variant in variants for seed in seeds]
-    results: dict[str, list[dict]] = {v: [] for v in variants}
+    counts = [int(count) for count in args.ddp.split(",")] if args.ddp else [None]
+    # A run's name: its variant, and with --ddp its number of processes ("fp32 x2"; "fp32 plain" for 0).
+    labels = {(variant, count): variant if count is None else f"{variant} {f'x{count}' if count else 'plain'}"
+              for variant in variants for count in counts}
+    jobs = [(round_, variant, count, seed) for round_ in range(args.repeats) for variant in variants
+            for count in counts for seed in seeds]
+    results: dict[str, list[dict]] = {label: [] for label in labels.values()}
 
-    def run_job(job: tuple[int, str, int | None]) -> tuple[int, str, dict]:
-        round_, variant, seed = job
-        command = [sys.executable, __file__, "--worker", variant, "--preset", args.preset, "--iters", str(args.iters),
-                   "--device", args.device, "--launched", repr(time.time())]
+    def run_job(job: tuple[int, str, int | None, int | None]) -> tuple[int, str, dict]:
+        round_, variant, count, seed = job
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={count}"]
+        command = (torchrun if count else [sys.executable]) + [
+            __file__, "--worker", variant, "--preset", args.preset, "--iters", str(args.iters),
+            "--device", args.device, "--launched", repr(time.time())]
         if args.threads:
             command += ["--threads", str(args.threads)]
         if seed is not None:
@@ -154,7 +185,7 @@ def main() -> None:
         if args.target_loss is not None:
             command += ["--target-loss", str(args.target_loss)] + ["--stop-at-target"] * args.stop_at_target
         done = subprocess.run(command, capture_output=True, text=True, check=True)
-        return round_, variant, json.loads(done.stdout.strip().splitlines()[-1])
+        return round_, labels[variant, count], json.loads(done.stdout.strip().splitlines()[-1])
 
     # --parallel > 1 only where cores are plentiful (a GPU host): runs side by side share the CPU.
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel) as pool:
@@ -174,15 +205,16 @@ def main() -> None:
                     f"{reached['val_loss']:.4f} at step {reached['step']}, {reached['since_launch_s']:.1f} s after launch"
                     if reached else "not reached"), flush=True)
 
-    print(f"\n{args.preset}, {args.iters} steps, {args.repeats} interleaved runs per variant "
-          f"({results[variants[0]][0]['threads']} threads)")
-    baseline = statistics.median(r["ms_per_iter"] for r in results[variants[0]])
+    first = next(iter(results))
+    print(f"\n{args.preset}, {args.iters} steps, {args.repeats} interleaved runs per variant")
+    baseline = statistics.median(r["ms_per_iter"] for r in results[first])
     for variant, runs in results.items():
         ms = [r["ms_per_iter"] for r in runs]
         median = statistics.median(ms)
         print(f"{variant:13} median {median:6.1f} ms/iter (runs {min(ms):.1f}-{max(ms):.1f}), "
               f"{statistics.median(r['tokens_per_sec'] for r in runs):8,.0f} tok/s, "
-              f"{baseline / median:4.2f}x {variants[0]}, wall {statistics.median(r['wall_s'] for r in runs):6.1f} s, "
+              f"{baseline / median:4.2f}x {first}, {runs[0]['threads']} thread(s) a process, "
+              f"wall {statistics.median(r['wall_s'] for r in runs):6.1f} s, "
               f"peak RSS {max(r['peak_rss_mb'] for r in runs):5.0f} MB, "
               f"val loss {', '.join(format(r['val_loss'], '.4f') for r in runs)} "
               f"(whole split {', '.join(format(r['full_val_loss'], '.4f') for r in runs)})")
