@@ -258,7 +258,7 @@ def test_the_checkpoint_panel_exports_the_sessions_model_as_a_zip(tmp_path):
     with pytest.raises(gr.Error, match="no model to export"):
         train.export_transformers("a")
     run_train(train, "a")  # the copy task's default model: a bias on its LM head
-    with pytest.raises(gr.Error, match="GPT2LMHeadModel cannot express this model's lm_head_bias=True"):
+    with pytest.raises(gr.Error, match="GPT2LMHeadModel cannot express this model's lm_head_bias=True.*Shakespeare"):
         train.export_transformers("a")
     hostile = "../" * 8 + str(tmp_path / "elsewhere")  # a session hash is only ever a key
     run_train(train, hostile, preset="shakespeare-char-cpu")  # nanoGPT's model: no biases, untied

@@ -19,7 +19,7 @@ from core.checkpoint import load as load_checkpoint_file
 from core.checkpoint import load_trainer_state, save_archive
 from core.config import stage_of
 from core.data import CORPORA, Task
-from core.export import to_transformers
+from core.export import NotExpressible, to_transformers
 from core.presets import PRESETS
 from playground import validate
 from playground.figures import note_figure
@@ -36,6 +36,10 @@ def checkpoint_meta(trained: TrainedModel) -> dict:
         "corpus": trained.corpus_name, "steps": trained.step, "history": trained.history,
         "train_config": trained.train_config.to_dict() if trained.train_config else None,
     }
+
+
+LM_HEAD_BIAS_HINT = ("This model's output layer has a bias, as the model of Karpathy's lecture has and GPT-2 and "
+                     "Llama do not. Models of the Shakespeare, Llama-style and binary presets export.")
 
 
 class CheckpointHandlers(FormRules):
@@ -63,10 +67,16 @@ class CheckpointHandlers(FormRules):
             folder = self._folder(session)
             shutil.rmtree(folder, ignore_errors=True)  # only the latest download of a session is kept
             exported = folder / f"gpt-step{trained.step}-transformers"
-            with validate.user_errors():
-                # The card's loading code reads the folder as the zip unpacks it: under its own name.
-                to_transformers(trained.model, trained.tokenizer, checkpoint_meta(trained), exported,
-                                load_from=exported.name)
+            try:
+                with validate.user_errors():
+                    # The card's loading code reads the folder as the zip unpacks it: under its own name.
+                    to_transformers(trained.model, trained.tokenizer, checkpoint_meta(trained), exported,
+                                    load_from=exported.name)
+            except gr.Error as error:
+                # the option most models made with the form have: say which ones export
+                hint = f". {LM_HEAD_BIAS_HINT}" if isinstance(error.__cause__, NotExpressible) and \
+                    trained.model.config.lm_head_bias else ""
+                raise gr.Error(f"{error.message}{hint}", print_exception=False) from None
             archive = shutil.make_archive(str(exported), "zip", root_dir=folder, base_dir=exported.name)
             shutil.rmtree(exported)  # the zip holds it
             return archive
