@@ -266,9 +266,9 @@ def build(ctx: AppContext) -> TrainHandlers:
     restored = [shown[name] for name in ("token", "status", "progress", "loss_plot", "model_changed", "movie_note",
                                          "movie_plot", "head_scores", *KEPT_FIELDS)]
     # ... then what Train will do is said again, with the form as it now is
-    came_back = opened.then(by_name(handlers.come_back), shown["token"], restored, api_name="come_back", **quiet)
-    came_back.then(handlers.preview, inputs, [params, next_step], **quiet)
-    came_back.then(compare_handlers.refresh, None, compare_outputs, **quiet)  # the runs kept with the model
+    opened.then(by_name(handlers.come_back), shown["token"], restored, api_name="come_back", **quiet).then(
+        handlers.preview, inputs, [params, next_step], **quiet).then(
+        compare_handlers.refresh, None, compare_outputs, **quiet)  # the runs kept with the model
     return handlers
 
 
