@@ -10,7 +10,10 @@ Never imports the layout or the link.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -47,12 +50,7 @@ class CheckpointHandlers(FormRules):
 
     def save_checkpoint(self, request: gr.Request) -> str:
         """The session's model as a .zip checkpoint to download."""
-        with self.registry.job(request, "saving a checkpoint") as session:
-            trained = session.trained
-            if trained is None:
-                raise gr.Error("There is no model to save yet: train one first.")
-            folder = self._folder(session)
-            shutil.rmtree(folder, ignore_errors=True)  # only the latest checkpoint of a session is kept
+        with self._download(request, "saving a checkpoint", "save") as (trained, folder):
             with validate.user_errors():
                 return str(save_archive(folder / f"gpt-step{trained.step}.zip", trained.model, trained.tokenizer,
                                         checkpoint_meta(trained), trainer_state=self._downloadable_state(trained)))
@@ -60,12 +58,7 @@ class CheckpointHandlers(FormRules):
     def export_transformers(self, request: gr.Request) -> str:
         """The session's model as a `transformers` model folder, zipped, to download; a model with options
         transformers cannot express is refused, naming them."""
-        with self.registry.job(request, "exporting the model") as session:
-            trained = session.trained
-            if trained is None:
-                raise gr.Error("There is no model to export yet: train one first.")
-            folder = self._folder(session)
-            shutil.rmtree(folder, ignore_errors=True)  # only the latest download of a session is kept
+        with self._download(request, "exporting the model", "export") as (trained, folder):
             exported = folder / f"gpt-step{trained.step}-transformers"
             try:
                 with validate.user_errors():
@@ -80,6 +73,17 @@ class CheckpointHandlers(FormRules):
             archive = shutil.make_archive(str(exported), "zip", root_dir=folder, base_dir=exported.name)
             shutil.rmtree(exported)  # the zip holds it
             return archive
+
+    @contextlib.contextmanager
+    def _download(self, request: gr.Request, job: str, verb: str) -> Iterator[tuple[TrainedModel, Path]]:
+        """Under the session's `job`: its model and its download folder, emptied (only the latest
+        download of a session is kept)."""
+        with self.registry.job(request, job) as session:
+            if session.trained is None:
+                raise gr.Error(f"There is no model to {verb} yet: train one first.")
+            folder = self._folder(session)
+            shutil.rmtree(folder, ignore_errors=True)
+            yield session.trained, folder
 
     def _downloadable_state(self, trained: TrainedModel) -> dict | None:
         """The training state, if the download can still be uploaded here with it: weights plus
