@@ -31,20 +31,14 @@ from playground.tabs.train.link import preset_values  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
 
-def gpu_line() -> str:
+def nvidia_smi(query: str, nothing: str) -> str:
+    """`nvidia-smi --query-<query> --format=csv,noheader`'s answer, or `nothing` without one."""
     try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30).stdout.strip() or "no GPU"
+        answer = subprocess.run(["nvidia-smi", f"--query-{query}", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
-        return "no GPU (no nvidia-smi)"
-
-
-def gpu_processes() -> str:
-    try:
-        return subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30).stdout.strip() or "none"
-    except (OSError, subprocess.TimeoutExpired):
-        return "n/a"
+        answer = ""
+    return answer or nothing
 
 
 def main() -> None:
@@ -53,7 +47,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=0, help="steps per run (0: each preset's own, as capped)")
     args = parser.parse_args()
     print(describe_host(), flush=True)
-    print(f"GPU: {gpu_line()}", flush=True)
+    print(f"GPU: {nvidia_smi('gpu=name,memory.total', 'no GPU')}", flush=True)
 
     port = free_port()
     server = start_server(port)
@@ -82,7 +76,7 @@ def main() -> None:
                 answer = browser.call(api_name, data, learner.session_hash)
                 said = "ok" if answer.get("success") else f"error: {str((answer.get('output') or {}).get('error'))[:120]}"
                 print(f"  /{api_name}: {time.monotonic() - started:.2f} s, {said}", flush=True)
-        print(f"GPU memory by process (the server is pid {server.pid}): {gpu_processes()}", flush=True)
+        print(f"GPU memory by process (the server is pid {server.pid}): {nvidia_smi('compute-apps=pid,used_memory', 'none')}", flush=True)
     finally:
         stop_server(server)
 
