@@ -268,7 +268,7 @@ class Trainer:
         self._dropout_rng = state["dropout_rng"].clone()
         self.step = int(state["step"])
         self.elapsed = float(state["elapsed"])
-        self.history = [dict(row) for row in state["history"]]
+        self.history[:] = [dict(row) for row in state["history"]]  # in place: whoever holds the curve sees it
 
     def _check_state(self, state: dict) -> None:
         saved_groups = state["optimizer"]["param_groups"]
@@ -366,7 +366,7 @@ class Trainer:
         # restored weights straight back the way they went.
         self.optimizer.state.clear()
         diverged_at, self.step = self.step + 1, self._good_step
-        self.history = [row for row in self.history if row["step"] <= self.step]
+        self.history[:] = [row for row in self.history if row["step"] <= self.step]
         what = (f"gradient norm became {norm_value:.3g}" if math.isfinite(loss_value) and not math.isfinite(norm_value)
                 else f"loss became {loss_value:.3g}")
         where = ("where this run started" if self._good_loss is None else

@@ -29,6 +29,7 @@ from playground.sessions import SessionRegistry, release_memory
 from playground.settings import Settings
 from playground.store import open_store
 from playground.tabs import attention, baby, generate, ladder, train
+from playground.zerogpu import zero_gpu
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 TITLE = "Attention Playground"
@@ -89,7 +90,8 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
         with gr.Tabs() as tabs:
             ctx = AppContext(settings=settings, registry=registry, share=FairShare(settings.train_slots),
                              model_changed=model_changed, tabs=tabs, demo=demo,  # pretrained: loaded when read
-                             store=open_store(settings.state_dir, settings.state_budget_bytes))
+                             store=open_store(settings.state_dir, settings.state_budget_bytes),
+                             gpu=zero_gpu(settings.zero_gpu_chunk_s), gpu_turns=FairShare(settings.zero_gpu_slots))
             for tab_id, title, module in TABS:
                 with gr.Tab(title, id=tab_id, elem_id=f"tab-{tab_id}") as tab:
                     module.build(ctx)

@@ -31,17 +31,24 @@ Never imports a tab: tabs receive the context, the context knows no tab.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
 
+from core.config import TrainConfig
+from core.data import TokenData
+from core.model import GPT
 from core.schedule import FairShare
+from core.tokenizers import Tokenizer
+from core.train import Trainer
 from playground.pretrained import CATALOGUE, SharedPretrained
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
 from playground.store import StateStore
+from playground.zerogpu import Chunk, Update, ZeroGPUTrainer
 
 # Events that do real work share a concurrency id per kind; the limit comes from the settings.
 HEAVY_KINDS = ("train", "generate", "attention", "baby", "checkpoint")
@@ -58,6 +65,10 @@ class AppContext:
     store: StateStore | None = None  # where models outlive the process (playground.store); None: memory only
     # The pretrained models every session may read, by CATALOGUE key (made from the settings if None).
     pretrained: dict[str, SharedPretrained] | None = None
+    # On a ZeroGPU Space: the GPU call that trains a chunk, and the turns the learners' chunks take
+    # (`playground.zerogpu`); None elsewhere.
+    gpu: Callable[[Chunk], Iterator[Update]] | None = None
+    gpu_turns: FairShare = field(default_factory=lambda: FairShare(1))
     # (fn, inputs, outputs) of what follows `model_changed`, in the order the tabs asked (`follow_model`)
     followers: list[tuple[Callable[..., Any], list[gr.Component], list[gr.Component]]] = field(
         default_factory=list, init=False)
@@ -74,9 +85,21 @@ class AppContext:
         return dict(concurrency_id=kind, concurrency_limit=getattr(self.settings, f"{kind}_concurrency"))
 
     def training_device(self, n_params: int) -> str:
-        """Where a model of `n_params` parameters trains: core's own choice ("auto": the GPU where there is
-        one), except that a model under the `gpu_min_params` setting stays on the CPU."""
-        return "cpu" if n_params < self.settings.gpu_min_params else "auto"
+        """Where a model of `n_params` parameters trains in this process: core's own choice ("auto": the GPU
+        where there is one), except that a model under the `gpu_min_params` setting stays on the CPU, and
+        on ZeroGPU everything does (torch says CUDA is here, but it is only in the GPU calls)."""
+        return "cpu" if n_params < self.settings.gpu_min_params or self.gpu is not None else "auto"
+
+    def trainer(self, model: GPT, data: TokenData, config: TrainConfig, n_params: int,
+                tokenizer: Tokenizer | None = None) -> Trainer:
+        """The trainer for a session's model: on the device `training_device` picks, taking turns with the
+        others step by step; on ZeroGPU, a model of `gpu_min_params` or more trains in GPU calls, taking
+        turns chunk by chunk (`ZeroGPUTrainer`)."""
+        if self.gpu is not None and n_params >= self.settings.gpu_min_params:
+            return ZeroGPUTrainer(model, data, config, gpu=self.gpu, turns=self.gpu_turns,
+                                  chunk_s=self.settings.zero_gpu_chunk_s, tokenizer=tokenizer, share=self.share)
+        config = dataclasses.replace(config, device=self.training_device(n_params))
+        return Trainer(model, data, config, tokenizer=tokenizer, share=self.share)
 
     @staticmethod
     def cheap() -> dict:

@@ -72,6 +72,11 @@ class Settings:
     # kernel launches and Python, and sixty default-task learners on one H200 (16 cores) got their first point
     # later and light events 10x slower than on two CPU cores (tests/bench/README.md, GPU hosts)
     gpu_min_params: int = 1_000_000
+    # On a ZeroGPU Space (playground.zerogpu), bigger models train in GPU calls of this many seconds each (each
+    # asks for 20 s more, and the visitor's quota must hold what it asks for), this many at once; the learners
+    # still training take turns chunk by chunk
+    zero_gpu_chunk_s: float = 10.0
+    zero_gpu_slots: int = 2
     # torch intra-op threads per process, see `playground.app.configure_torch`
     torch_threads: int = 1
     # The pretrained models of Generate and Attention (playground.pretrained.CATALOGUE), one field each:

@@ -16,6 +16,9 @@ APP_SOURCES = [REPO / "core", REPO / "playground", REPO / "app.py"]
 TEST_SOURCES = [REPO / "tests"]
 # PyTorch's CPU wheels; an *extra* index, so everything else still comes from PyPI.
 CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
+# Imported only where the host provides them, never installed by requirements.txt: ZeroGPU Spaces come with
+# Hugging Face's `spaces` (pinning a version could fight the one the hardware needs); elsewhere the app goes without.
+HOST_PROVIDED = {"spaces"}
 PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[A-Za-z0-9._,-]+\])?==(\S+)")  # name[extras]==version
 
 
@@ -77,7 +80,7 @@ def test_the_app_imports_exactly_the_runtime_requirements():
     runtime, _ = read_requirements(RUNTIME)
     modules = imported_modules(APP_SOURCES)
     undeclared = {f"{m} ({modules[m].relative_to(REPO)}, from {sorted(d) or 'no installed distribution'})"
-                  for m, d in distributions(modules).items() if not d & runtime.keys()}
+                  for m, d in distributions(modules).items() if not d & runtime.keys() and m not in HOST_PROVIDED}
     assert not undeclared, f"imported by the app but not in requirements.txt: {sorted(undeclared)}"
     used = set().union(*distributions(modules).values())
     unused = runtime.keys() - used

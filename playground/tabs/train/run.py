@@ -12,7 +12,6 @@ Never imports the layout, the link or the checkpoints: they build on the run.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import time
@@ -38,6 +37,7 @@ from playground.tabs.train.form import (
     BREAK_IT, MODEL_FIELDS, NORM_CHOICES, FormRules, Recipe, TrainForm, takes_the_form,
 )
 from playground.tabs.train.replay import NO_SCORES, movie_for_run, movie_note, scores_plot, snapshot_due
+from playground.zerogpu import ZeroGPUTrainer
 
 # Live samples and attention maps run the model (a 120-token sample costs as much as several
 # steps): each run spends at most this fraction of its training's own compute time on them (less
@@ -170,13 +170,13 @@ class RunHandlers(FormRules):
         n_params = self.check_size(config)["total"]
         if trained is None:
             self.registry.claim_model(session, training_bytes(n_params))
-        train_config = dataclasses.replace(train_config, device=self.ctx.training_device(n_params))
         with validate.user_errors():
             data = self._tokens(recipe, text, fresh, config.block_size)
             # a new model's weights come from the form's seed, like its batches: same seed, same run
             model = trained.model if trained is not None else GPT(
                 config, generator=torch.Generator().manual_seed(train_config.seed))
-            trainer = Trainer(model, data, train_config, tokenizer=fresh, share=self.ctx.share)
+            trainer = self.ctx.trainer(model, data, train_config, n_params, tokenizer=fresh)
+        train_config = trainer.config  # on the device it trains on
         start = 0 if trained is None else trained.step
         state = None if trained is None else trained.training_state()
         if state is not None:  # optimizer, step, history, random states
@@ -250,7 +250,8 @@ class RunHandlers(FormRules):
             frames = [] if movie is None else movie.frames
             if frames and frames[-1].step != scored_step:  # drawn again only when a snapshot came
                 scores, scored_step = scores_plot(movie), frames[-1].step
-            status = _status(event, sharing, opening if first else "Training")
+            where, why = (trainer.where(), trainer.refusal) if isinstance(trainer, ZeroGPUTrainer) else ("", None)
+            status = _status(event, sharing, opening if first else "Training", where, why)
             yield self._update(session, status=status, event=event, sample=sample, attention=attention,
                                model_changed=described, movie_note=movie_note(movie, not event.done),
                                scores=scores)
@@ -344,14 +345,18 @@ def _discard(session: Session) -> None:
     session.last_text, session.last_steps = "", []
 
 
-def _status(event, sharing: int = 1, doing: str = "Training") -> str:
-    """What the run is `doing` ("Training a new model" on its first update); while others train
-    too, how many share the server and the time left."""
+def _status(event, sharing: int = 1, doing: str = "Training", where: str = "", refused: str | None = None) -> str:
+    """What the run is `doing` ("Training a new model" on its first update); `where` it trains when that
+    is news (ZeroGPU's GPU, or the CPU after ZeroGPU `refused` it, saying why), else while others train
+    too, how many share the server; and the time left."""
     if event.stopped:
         return _stopped_status(event.step)
     if event.done:
         val = f", validation loss {event.val_loss:.3f}" if event.val_loss is not None else ""
         return f"Done: {event.step} steps, training loss {event.train_loss:.3f}{val}."
+    if where:
+        why = f" ZeroGPU refused the GPU: {refused}" if refused else ""
+        return f"{doing} {where}; about {duration(event.eta)} left.{why}"
     if sharing > 1:
         return (f"{doing}: {sharing} trainings share this server, taking turns step by step; "
                 f"about {duration(event.eta)} left.")
