@@ -135,6 +135,7 @@ def test_training_does_not_consume_the_global_rng():
 
 def test_divergence_restores_the_last_good_weights():
     trainer = tiny_trainer(learning_rate=1e30, warmup_iters=0, grad_clip=0.0, max_iters=50)
+    curve = trainer.history  # what the app's session holds: it must lose the steps taken back too
     snapshots = {0: weights(trainer.model)}
     events = []
     for event in trainer.run():
@@ -147,6 +148,7 @@ def test_divergence_restores_the_last_good_weights():
     assert_same_weights(weights(trainer.model), snapshots[final.step])
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
     assert [row["step"] for row in trainer.history] == list(range(1, final.step + 1))
+    assert curve is trainer.history
     # the user can lower the learning rate and carry on
     trainer.config.learning_rate = trainer.config.min_lr = 1e-3
     assert not any(e.error for e in trainer.run(until=final.step + 2))
@@ -211,8 +213,10 @@ def test_state_dict_lets_a_new_trainer_continue_identically():
     copy = tiny_model()
     copy.load_state_dict(first.model.state_dict())
     second = tiny_trainer(copy)
+    curve = second.history
     second.load_state_dict(first.state_dict())
     assert second.step == 3 and second.history == first.history
+    assert curve is second.history and second.history is not first.history  # filled in place, a copy
     assert [e.train_loss for e in first.run()] == [e.train_loss for e in second.run()]
 
 
