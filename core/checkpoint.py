@@ -7,19 +7,18 @@ A checkpoint is a folder (or a .zip of the same two files, for downloads and upl
     trainer.safetensors optional: what training needs to go on exactly where it stopped (AdamW's
                         moments, the batch and dropout random states; the step, elapsed time, loss
                         curve and optimizer settings as JSON in the file's metadata)
-    runs.safetensors    optional: the runs kept to compare beside it (`core.runs.encode_runs`); the app's
-                        state store keeps them with each session's model
+    runs.safetensors    optional, the app's state store keeps them with each session's model: the runs
+    movie.safetensors   kept to compare (`core.runs.encode_runs`) and the attention movie (`core.movie`)
 
 Everything read is checked, and any problem (bad JSON, a missing or extra tensor, a wrong
 shape, NaN or infinite values, a truncated file, an oversized file or zip member) is a
 `CheckpointError` whose short message says what is wrong, never a crash or a silently
 half-loaded model.
 
-Loading reads the description first: its model config, once the caller has checked it (say,
-against a server's caps), bounds everything after. Each file is read with a hard cap derived
-from it (`weights_bytes`, `trainer_bytes`), and the model is built on the meta device with the
-loaded tensors as its parameters, so at its peak a load holds the weights twice (the file's
-bytes and the tensors parsed from them), never a throwaway initialisation besides.
+Loading reads the description first: its model config, once the caller has checked it (say, against a
+server's caps), bounds everything after. Each file is read with a hard cap derived from it (`weights_bytes`,
+`trainer_bytes`), and the model is built on the meta device with the loaded tensors as its parameters: at
+its peak a load holds the weights twice (the file's bytes and the tensors), never a throwaway initialisation.
 
 Never imports the training loop (a training state is a plain dict here), gradio, plotly or `playground`.
 """
@@ -47,6 +46,7 @@ from safetensors.torch import save as save_safetensors_bytes
 from core.config import GPTConfig
 from core.jsonvalues import as_float, clipped, is_count, param_groups_problem, shown
 from core.model import GPT
+from core.movie import ENCODED_MOVIE_BYTES, AttentionMovie, decode_movie
 from core.runs import ENCODED_RUNS_BYTES, RunLog, decode_runs
 from core.tokenizers import Tokenizer, tokenizer_from_spec
 
@@ -56,6 +56,7 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TRAINER_FILE = "trainer.safetensors"
 RUNS_FILE = "runs.safetensors"
+MOVIE_FILE = "movie.safetensors"
 MAX_WEIGHTS_BYTES = 2 << 30  # 2 GiB: GPT-2 small in float32 is 0.5 GiB
 MAX_CONFIG_BYTES = 4 << 20  # a character vocabulary is small; 4 MiB is generous
 MAX_TRAINER_BYTES = 2 * MAX_WEIGHTS_BYTES + (64 << 20)  # two moments per weight, plus the curve
@@ -142,10 +143,12 @@ class Encoded:
     weights: bytes
     trainer: bytes | None = None
     runs: bytes | None = None  # core.runs.encode_runs
+    movie: bytes | None = None  # core.movie.encode_movie
 
     @property
     def files(self) -> dict[str, bytes | None]:
-        return {CONFIG_FILE: self.config, WEIGHTS_FILE: self.weights, TRAINER_FILE: self.trainer, RUNS_FILE: self.runs}
+        return {CONFIG_FILE: self.config, WEIGHTS_FILE: self.weights, TRAINER_FILE: self.trainer, RUNS_FILE: self.runs,
+                MOVIE_FILE: self.movie}
 
     def write_archive(self, path: str | Path, compress: bool = True) -> Path:
         """Write it as one .zip file (suffix added if missing), atomically; returns its path. Without
@@ -209,9 +212,8 @@ def _header_bytes(n_tensors: int) -> int:
 
 def _tensor_sizes(config: GPTConfig) -> list[int]:
     """Element counts of the model's unique tensors, from a model on the meta device (no memory)."""
-    too_large = CheckpointError(
-        f"the checkpoint's model is larger than {MAX_WEIGHTS_BYTES:,} bytes of weights, the most this program loads"
-    )
+    too_large = CheckpointError(f"the checkpoint's model is larger than {MAX_WEIGHTS_BYTES:,} bytes of weights, "
+                                "the most this program loads")
     # Each vocabulary entry and each layer holds at least n_embd weights: a bound that refuses an
     # absurd config (a billion layers) before even its meta model, a Python object per module, is built.
     if 4 * (config.vocab_size + config.n_layer) * config.n_embd > MAX_WEIGHTS_BYTES:
@@ -439,14 +441,18 @@ def load_trainer_state(path: str | Path, *, config: GPTConfig | None = None,
     return None if data is None else decode_trainer_state(data, max_history)
 
 
-def load_runs(path: str | Path) -> RunLog | None:
-    """The runs kept to compare beside a checkpoint (`Encoded.runs`), or None if it has none."""
+def load_kept(path: str | Path, config: GPTConfig) -> tuple[RunLog | None, AttentionMovie | None]:
+    """The runs to compare and the attention movie kept beside a `config` model (`Encoded`), each or None."""
+    kept = []
     with _opened(Path(path)) as source:
-        data = _read(source, RUNS_FILE, ENCODED_RUNS_BYTES)
-    try:
-        return None if data is None else decode_runs(data)
-    except ValueError as error:
-        raise CheckpointError(f"{RUNS_FILE}: {error}") from None
+        for name, limit, decode in ((RUNS_FILE, ENCODED_RUNS_BYTES, decode_runs),
+                                    (MOVIE_FILE, ENCODED_MOVIE_BYTES, lambda data: decode_movie(data, config))):
+            data = _read(source, name, limit)
+            try:
+                kept.append(None if data is None else decode(data))
+            except ValueError as error:
+                raise CheckpointError(f"{name}: {error}") from None
+    return kept[0], kept[1]
 
 
 def decode_trainer_state(data: bytes, max_history: int = MAX_HISTORY_ROWS) -> dict:

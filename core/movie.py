@@ -13,8 +13,11 @@ When the snapshots outgrow `max_bytes`, every other one is dropped and snapshots
 as often: the movie always spans the whole run, ever more coarsely.
 
     Path("movie.gif").write_bytes(movie_gif(movie))   # every snapshot, a layer per row, a head per column
+    data = encode_movie(movie)                         # safetensors bytes, kept beside the model (the state store)
+    movie = decode_movie(data, model.config)           # every field checked against the model it belongs to
 
-Imports the pattern scores of `core.attention`. Never imports the training loop (the caller
+Imports the pattern scores of `core.attention` and the model's config (what a decoded movie is checked
+against). Never imports the training loop (the caller
 feeds it snapshots), gradio, plotly or `playground`.
 """
 
@@ -22,15 +25,20 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
+from safetensors.torch import load as load_safetensors_bytes
+from safetensors.torch import save as save_safetensors_bytes
 
 from core.attention import STRONG_PATTERN, pattern_scores
+from core.config import GPTConfig
 
 MOVIE_BYTES = 2 * 2**20  # a session's snapshots: 2 MiB (sixty learners: 120 MiB at most)
+ENCODED_MOVIE_BYTES = MOVIE_BYTES + (1 << 20)  # the maps, their steps (8 bytes each) and the header
 SCORED = ("previous-token", "first-token", "induction")  # the scores drawn under the loss curve
 # The GIF: at most this wide, each head's map at most GIF_CELL_PX square; a frame per snapshot, the
 # last held longer. Its colours are the app's (plotly's "Blues", white = no weight), in a fixed palette.
@@ -73,10 +81,11 @@ class AttentionMovie:
 
     def add(self, step: int, maps: list[torch.Tensor] | torch.Tensor) -> None:
         """Keep the snapshot at `step`: per layer (H, T, T) maps, or one (L, H, T, T) tensor."""
-        stacked = (torch.stack(list(maps)) if not isinstance(maps, torch.Tensor) else maps).float().cpu()
+        kept = (torch.stack(list(maps)) if not isinstance(maps, torch.Tensor) else maps).cpu().half()
+        # scored as kept: a movie decoded from its maps (`decode_movie`) gets the very same scores
         scores = {name: None if result is None else result[1]
-                  for name, result in pattern_scores(stacked, self.probe_ids).items() if name in SCORED}
-        frame = Frame(step, stacked.half(), scores)
+                  for name, result in pattern_scores(kept.float(), self.probe_ids).items() if name in SCORED}
+        frame = Frame(step, kept, scores)
         if frame.maps.numel() * frame.maps.element_size() > self.max_bytes:
             raise ValueError(f"one snapshot takes {frame.maps.numel() * 2:,} bytes, more than the movie's "
                              f"{self.max_bytes:,}: use a shorter probe or a larger budget")
@@ -93,6 +102,53 @@ class AttentionMovie:
         if not kept:
             return None
         return [frame.step for frame in kept], torch.stack([frame.scores[pattern] for frame in kept])
+
+
+def encode_movie(movie: AttentionMovie) -> bytes:
+    """The movie as safetensors bytes: its maps stacked (F, L, H, T, T) and their steps; the probe and the
+    pace as metadata. The scores are not kept: `decode_movie` computes them again from the maps."""
+    if not movie.frames:
+        raise ValueError("the movie has no snapshots to encode")
+    tensors = {"maps": torch.stack([frame.maps for frame in movie.frames]).contiguous(),
+               "steps": torch.tensor([frame.step for frame in movie.frames], dtype=torch.int64)}
+    metadata = {"probe_ids": json.dumps(movie.probe_ids), "every": str(movie.every), "max_bytes": str(movie.max_bytes)}
+    return save_safetensors_bytes(tensors, metadata=metadata)
+
+
+def decode_movie(data: bytes, config: GPTConfig) -> AttentionMovie:
+    """The inverse of `encode_movie`, every field checked, against the model (`config`) it belongs to too:
+    a ValueError names the first that is wrong."""
+    if len(data) > ENCODED_MOVIE_BYTES:
+        raise ValueError(f"the movie takes {len(data):,} bytes; at most {ENCODED_MOVIE_BYTES:,} are read")
+    try:
+        tensors = load_safetensors_bytes(data)
+        metadata = json.loads(data[8: 8 + int.from_bytes(data[:8], "little")])["__metadata__"]
+        probe_ids, every = json.loads(metadata["probe_ids"]), int(metadata["every"])
+        max_bytes = int(metadata["max_bytes"])
+        maps, steps = tensors.pop("maps"), tensors.pop("steps")
+    except Exception as error:  # safetensors, JSON, int() and a missing key each raise their own kinds
+        raise ValueError(f"the movie is damaged ({type(error).__name__}: {str(error)[:200]})") from None
+    if tensors or maps.dtype != torch.float16 or steps.dtype != torch.int64 or maps.dim() != 5 or steps.dim() != 1:
+        raise ValueError("the movie's tensors are not (snapshots, layers, heads, tokens, tokens) float16 maps "
+                         "and their int64 steps")
+    frames, layers, heads, tokens, keys = maps.shape
+    if (layers, heads) != (config.n_layer, config.n_head) or tokens != keys or not 0 < frames == len(steps):
+        raise ValueError(f"the movie's maps are {tuple(maps.shape)}: not a {config.n_layer}-layer, "
+                         f"{config.n_head}-head model's, with a step each")
+    if (not isinstance(probe_ids, list) or len(probe_ids) != tokens or tokens > config.block_size
+            or not all(isinstance(i, int) and 0 <= i < config.vocab_size for i in probe_ids)):
+        raise ValueError(f"the movie's probe is not {tokens} token ids of this model's vocabulary and context")
+    if not (0 < maps.numel() * 2 <= max_bytes <= MOVIE_BYTES and 1 <= every <= 2**40):
+        raise ValueError(f"the movie's size or pace is out of bounds ({maps.numel() * 2:,} bytes, budget "
+                         f"{max_bytes:,}, every {every})")
+    if bool((steps < 0).any()) or bool((steps[1:] <= steps[:-1]).any()):
+        raise ValueError("the movie's steps do not go up one snapshot after another")
+    if not bool(((maps >= 0) & (maps <= 1)).all()):  # NaN fails both
+        raise ValueError("the movie's attention weights are not all between 0 and 1")
+    movie = AttentionMovie(probe_ids, every=every, max_bytes=max_bytes)
+    for step, frame in zip(steps.tolist(), maps):
+        movie.add(step, frame)  # its scores computed again; within the budget, nothing is thinned
+    return movie
 
 
 def evenly(items: list, limit: int) -> list:

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from core.movie import AttentionMovie, induction_onset
+from core.config import GPTConfig
+from core.movie import MOVIE_BYTES, AttentionMovie, decode_movie, encode_movie, induction_onset
 
 PROBE = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9]  # a repeat: induction targets exist from position 5 on
 L, H, T = 2, 3, len(PROBE)
@@ -104,3 +105,58 @@ def test_a_movie_of_thousands_of_tiny_snapshots_makes_a_bounded_gif():
         assert gif.n_frames == GIF_MAX_FRAMES
     kept = evenly(movie.frames, GIF_MAX_FRAMES)
     assert (kept[0].step, kept[-1].step) == (1, 3000) and len(kept) == GIF_MAX_FRAMES
+
+
+# ---------------------------------------------------------------- kept beside the model (the state store)
+
+CONFIG = GPTConfig(vocab_size=10, block_size=16, n_layer=L, n_head=H, n_embd=12)
+
+
+def recorded() -> AttentionMovie:
+    movie = AttentionMovie(PROBE, every=5, max_bytes=MOVIE_BYTES)
+    for step in (5, 10, 15):
+        movie.add(step, uniform() if step < 15 else with_induction_head())
+    return movie
+
+
+def test_a_movie_comes_back_as_it_was_with_its_scores():
+    movie = recorded()
+    back = decode_movie(encode_movie(movie), CONFIG)
+    assert (back.probe_ids, back.every, back.max_bytes) == (PROBE, 5, MOVIE_BYTES)
+    assert [f.step for f in back.frames] == [5, 10, 15]
+    for ours, theirs in zip(back.frames, movie.frames):
+        assert torch.equal(ours.maps, theirs.maps)
+        assert all(torch.equal(ours.scores[k], theirs.scores[k]) for k in theirs.scores if theirs.scores[k] is not None)
+    assert induction_onset(back) == induction_onset(movie) == 15
+
+
+def damaged(**changes) -> bytes:
+    """A movie's bytes with `maps`, `steps` or metadata replaced."""
+    from safetensors.torch import save
+
+    movie = recorded()
+    tensors = {"maps": torch.stack([f.maps for f in movie.frames]), "steps": torch.tensor([5, 10, 15])}
+    metadata = {"probe_ids": str(PROBE), "every": "5", "max_bytes": str(MOVIE_BYTES)}
+    for key, value in changes.items():
+        (tensors if key in tensors or key == "extra" else metadata)[key] = value
+    return save(tensors, metadata=metadata)
+
+
+@pytest.mark.parametrize("data, config, message", [
+    (damaged(), GPTConfig(vocab_size=10, block_size=16, n_layer=L, n_head=H + 1, n_embd=12), "not a 2-layer, 4-head"),
+    (damaged(), GPTConfig(vocab_size=8, block_size=16, n_layer=L, n_head=H, n_embd=12), "vocabulary and context"),
+    (damaged(), GPTConfig(vocab_size=10, block_size=8, n_layer=L, n_head=H, n_embd=12), "vocabulary and context"),
+    (damaged(steps=torch.tensor([5, 15, 10])), CONFIG, "do not go up"),
+    (damaged(steps=torch.tensor([5, 10])), CONFIG, "a step each"),
+    (damaged(maps=torch.full((3, L, H, T, T), float("nan"), dtype=torch.float16)), CONFIG, "between 0 and 1"),
+    (damaged(maps=torch.ones(3, L, H, T, T)), CONFIG, "float16 maps"),
+    (damaged(extra=torch.zeros(1)), CONFIG, "float16 maps"),
+    (damaged(probe_ids="[5, 6]"), CONFIG, "vocabulary and context"),
+    (damaged(every="0"), CONFIG, "out of bounds"),
+    (damaged(max_bytes=str(10 * MOVIE_BYTES)), CONFIG, "out of bounds"),
+    (damaged()[:-100], CONFIG, "damaged"),
+    (b"\x00" * (MOVIE_BYTES * 2), CONFIG, "at most"),
+])
+def test_a_damaged_movie_is_refused_by_name(data, config, message):
+    with pytest.raises(ValueError, match=message):
+        decode_movie(data, config)

@@ -111,6 +111,10 @@ def test_a_killed_server_gives_each_browser_its_model_back_on_any_server_of_its_
         runs = restarted.app.ok("compare_runs", [], tab)[0]["runs"]
         assert [(r["run"], r["step"]) for r in runs] == [(1, step + 30)]
         assert runs[0]["val_curve"]["steps"][-1] == step + 30 and runs[0]["attention"] is not None
+        # ... and its attention movie: what it recorded before the kill and on the other server, to the last step
+        movie, before = restarted.app.ok("attention_movie", [], tab)[0], app.ok("attention_movie", [], "tab-after")[0]
+        assert movie["steps"][-1] == step + 30 and movie["steps"][0] < step and movie["recorded"] > 2
+        assert movie == before
     finally:
         other.kill()
         if restarted is not None:
@@ -132,7 +136,9 @@ def test_an_idle_model_makes_room_through_the_store_and_comes_back_on_its_owners
         time.sleep(0.3)  # (the second's model, just trained, is not set aside at once)
         tokens, text, status = app.ok("generate", GENERATE, "first")  # its next click: the model is back
         assert text.startswith("\n" + GENERATE[0]) and "tokens" in status  # (a task model's prompt starts a line)
-        assert demo.registry.peek("first").trained.step == TINY["steps"]
+        back = demo.registry.peek("first").trained
+        assert back.step == TINY["steps"]
+        assert back.movie is not None and back.movie.frames[-1].step == TINY["steps"]  # its movie came back too
         assert "second" not in demo.registry  # idle now, it made room in turn
 
 

@@ -1,7 +1,7 @@
 """Coming back in headless Chromium (issue 24): train the default task, stop the server, start it again
-on the same store and port, reload the tab: the status welcomes the learner back, the loss curve and
-the form and the runs kept to compare are as they were, Train goes on from there, and Generate reads
-the model. At a laptop's width, then a phone's.
+on the same store and port, reload the tab: the status welcomes the learner back, the loss curve, the
+form, the runs kept to compare and the attention movie are as they were, Train goes on from there, and
+Generate reads the model. At a laptop's width, then a phone's.
 Screenshots go to tests/screenshots/ for a person to look at."""
 
 import pytest
@@ -46,6 +46,11 @@ def test_a_restarted_server_gives_the_reloaded_tab_its_model_back(browser, tmp_p
         page.locator("#compare").get_by_text("Compare runs").first.click()  # the run kept to compare is back too
         page.locator("#compare-table").filter(has_text="Run 1").wait_for()
         page.locator("#compare-loss").filter(has_text="Run 1").wait_for()
+        # ... and the attention movie, replayed from its last snapshot
+        page.locator("#movie-note").filter(has_text="Replay:").wait_for()
+        page.locator("#movie-frame").filter(has_text=f"at step {STEPS}").wait_for()
+        assert page.locator("#movie-step input[type=number]").input_value() == str(STEPS)
+        page.locator("#live-attention").filter(has_text="weight").wait_for()  # the live map as the run left it
         page.screenshot(path=str(SCREENSHOTS / "restore-2-after-restart-1366.png"), full_page=True)
         set_number(page, "Steps", STEPS + 30)  # and Train goes on from there
         page.locator("#train-next").filter(has_text=f"continues your model from step {STEPS}").wait_for()

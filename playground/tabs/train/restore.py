@@ -23,13 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from gradio.components.plot import PlotData
 
-from core.checkpoint import Encoded, encode, load_runs
+from core.checkpoint import Encoded, encode, load_kept
+from core.movie import encode_movie
 from core.runs import encode_runs
+from core.tokenizers import token_labels
+from playground.figures.attention import live_heatmap
 from playground.sessions import Session
 from playground.store import new_token, valid_token
 from playground.tabs.train.checkpoints import CheckpointHandlers, checkpoint_meta
 from playground.tabs.train.form import FORM_FIELDS, PASTE, Recipe, TrainForm
+from playground.tabs.train.replay import movie_note, scores_plot
 
 STORAGE_KEY = "attention-playground-session"  # the browser's local-storage key for its token
 KEPT_FIELDS = tuple(name for name in FORM_FIELDS if name != "upload")  # a file's text is kept as pasted text
@@ -102,13 +107,13 @@ class RestoreHandlers(CheckpointHandlers):
         form = self._checked_form(meta.get("form"))
         status = (f"Welcome back: your model is here as you left it, at step {session.trained.step}, and Generate "
                   "and Attention read it.")
-        return {"status": status, **self._shown_after_load(session, meta), **form}
+        return {"status": status, **self._shown_after_load(session, meta), **_movie_shown(session), **form}
 
     def _adopt_kept(self, session: Session, archive: Path) -> dict:
         """The store's archive as the session's model, with its form and compared runs; its meta."""
         meta = self._adopt(session, str(archive), "your earlier model")
         session.kept_form = meta.get("form")
-        runs = load_runs(archive)
+        runs, session.trained.movie = load_kept(archive, session.model.config)  # Train goes on recording the movie
         if runs is not None:
             session.runs = runs
             run = meta.get("run")
@@ -129,8 +134,25 @@ class RestoreHandlers(CheckpointHandlers):
 
 def _kept(session: Session) -> Encoded:
     """What the store keeps of a session: its model as a checkpoint with its training state, the form it
-    trained with, and the runs kept to compare."""
+    trained with, the runs kept to compare and the attention movie."""
     trained = session.trained
     meta = {**checkpoint_meta(trained), "form": session.kept_form, "run": trained.run}
     encoded = encode(trained.model, trained.tokenizer, meta, trained.training_state())
-    return dataclasses.replace(encoded, runs=encode_runs(session.runs))
+    movie = encode_movie(trained.movie) if trained.movie is not None and trained.movie.frames else None
+    return dataclasses.replace(encoded, runs=encode_runs(session.runs), movie=movie)
+
+
+def _movie_shown(session: Session) -> dict[str, Any]:
+    """The kept movie on the page: its note, the head scores, the replay slider on its last snapshot (the
+    slider's change draws it) and, when that snapshot is of the model's step (a run's last step always has
+    one), the live map as the run left it; nothing when there is none (the load's notes stay)."""
+    movie = session.trained.movie
+    if movie is None:
+        return {}
+    last = movie.frames[-1]
+    shown = {"movie_note": movie_note(movie, False), "head_scores": scores_plot(movie),
+             "movie_step": gr.update(maximum=last.step, value=last.step)}
+    if last.step == session.trained.step:
+        figure = live_heatmap(last.maps.float(), token_labels(session.tokenizer, movie.probe_ids))
+        shown["attention"] = PlotData(type="plotly", plot=figure.to_json())
+    return shown
