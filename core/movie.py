@@ -94,6 +94,10 @@ class AttentionMovie:
             self.frames = self.frames[:-1][::2] + self.frames[-1:]
             self.every *= 2
 
+    def rewind(self, step: int) -> None:
+        """Forget the snapshots after `step`: the training went back there (a divergence restores older weights)."""
+        self.frames = [frame for frame in self.frames if frame.step <= step]
+
     def score_curve(self, pattern: str) -> tuple[list[int], torch.Tensor] | None:
         """Each frame's step and the (F, L, H) scores of `pattern`; None where the probe cannot show it."""
         if pattern not in SCORED:

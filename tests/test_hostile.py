@@ -421,6 +421,11 @@ def test_a_diverged_run_goes_back_to_sound_weights_and_trains_on(app):
     diverging = form(learning_rate=1.0, grad_clip=0, warmup=0, steps=300, eval_interval=20, n_embd=32)
     message = app.error("train", diverging, "diverger")
     assert "diverged" in message and "restored to step" in message
+    restored = int(message.split("restored to step ")[1].split(",")[0])
+    movie = app.call("attention_movie", [], "diverger")  # the movie goes back with the weights
+    steps = movie["output"]["data"][0]["steps"] if movie["success"] else []  # none left: "no movie yet"
+    assert movie["success"] or "no attention movie yet" in movie["output"]["error"], movie
+    assert all(step <= restored for step in steps), (steps[-3:], restored)
     final = app.ok("train", form(learning_rate=1e-3, grad_clip=1.0, steps=400, n_embd=32), "diverger")
     loss = float(final[0].split("training loss ")[1].split(",")[0].rstrip("."))
     assert loss < 4.0, final[0]  # ln(vocabulary) is about 3.3 for the copy task; a wrecked model is far above

@@ -160,3 +160,11 @@ def damaged(**changes) -> bytes:
 def test_a_damaged_movie_is_refused_by_name(data, config, message):
     with pytest.raises(ValueError, match=message):
         decode_movie(data, config)
+
+
+def test_rewind_forgets_the_snapshots_after_a_step():
+    movie = recorded()
+    movie.rewind(12)
+    assert [f.step for f in movie.frames] == [5, 10]
+    movie.add(12, uniform())  # the steps go up again from there: a movie that encodes and decodes
+    assert [f.step for f in decode_movie(encode_movie(movie), CONFIG).frames] == [5, 10, 12]

@@ -160,3 +160,23 @@ def test_tokens_not_made_here_restore_nothing_and_touch_nothing(running_app):
     assert "Welcome back" not in str(unknown)
     assert {p.name: p.stat().st_mtime for p in store.iterdir()} == before
     assert UNREADABLE in str(app.ok("come_back", ["../../../etc/passwd"], "someone"))
+
+
+def test_a_kept_movie_that_fails_its_checks_is_dropped_and_the_model_comes_back(tmp_path):
+    with serve(Settings.from_env({}, state_dir=str(tmp_path / "store"))) as (demo, url):
+        app = Hostile(url)
+        token = app.ok("come_back", [None], "before")[0]
+        app.ok("train", form(), "before")
+        assert demo.store.writer.flush()
+        [archive] = archives(tmp_path / "store")
+        with zipfile.ZipFile(archive) as zf:
+            files = {name: zf.read(name) for name in zf.namelist()}
+        assert "movie.safetensors" in files
+        files["movie.safetensors"] = files["movie.safetensors"][:-1000]  # damaged (truncated) on the disk
+        with zipfile.ZipFile(archive, "w") as zf:
+            for name, data in files.items():
+                zf.writestr(name, data)
+        answer = app.ok("come_back", [token], "after")
+        assert any(isinstance(v, str) and f"at step {TINY['steps']}" in v for v in answer), answer
+        assert demo.registry.peek("after").trained.movie is None
+        assert "no attention movie yet" in app.error("attention_movie", [], "after")

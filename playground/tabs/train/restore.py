@@ -17,6 +17,7 @@ Never imports the layout or the link.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 import gradio as gr
 from gradio.components.plot import PlotData
 
-from core.checkpoint import Encoded, encode, load_kept
+from core.checkpoint import CheckpointError, Encoded, encode, load_kept
 from core.movie import encode_movie
 from core.runs import encode_runs
 from core.tokenizers import token_labels
@@ -36,6 +37,7 @@ from playground.tabs.train.checkpoints import CheckpointHandlers, checkpoint_met
 from playground.tabs.train.form import FORM_FIELDS, PASTE, Recipe, TrainForm
 from playground.tabs.train.replay import movie_note, scores_plot
 
+log = logging.getLogger("playground")
 STORAGE_KEY = "attention-playground-session"  # the browser's local-storage key for its token
 KEPT_FIELDS = tuple(name for name in FORM_FIELDS if name != "upload")  # a file's text is kept as pasted text
 UNREADABLE = "This browser's saved session could not be read (it was not made by this server): starting afresh."
@@ -113,7 +115,11 @@ class RestoreHandlers(CheckpointHandlers):
         """The store's archive as the session's model, with its form and compared runs; its meta."""
         meta = self._adopt(session, str(archive), "your earlier model")
         session.kept_form = meta.get("form")
-        runs, session.trained.movie = load_kept(archive, session.model.config)  # Train goes on recording the movie
+        try:
+            runs, session.trained.movie = load_kept(archive, session.model.config)  # Train goes on recording it
+        except CheckpointError as error:  # the model is back; what came with it failed its checks and is dropped
+            log.warning("kept runs or movie dropped: %s", error)
+            runs = None
         if runs is not None:
             session.runs = runs
             run = meta.get("run")

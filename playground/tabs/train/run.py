@@ -232,6 +232,8 @@ class RunHandlers(FormRules):
             last_ui = now
             self.registry.touch(session)
             if event.error:
+                if movie is not None:  # the weights went back to an earlier step: so does the movie
+                    movie.rewind(trainer.step)
                 raise gr.Error(event.error)
             finished = event.done and not event.stopped  # a Stop ends at once: no fresh sample to wait for
             affordable = viewing <= VIEW_BUDGET / slower * (trainer.elapsed - trained_before)
