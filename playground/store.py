@@ -2,14 +2,18 @@
 that slept), in a local folder or any `fsspec` URL several servers share.
 
     store = open_store(url, budget_bytes)        # None when off ("off") or unusable (logged)
-    token = new_token()                          # server-made; the browser keeps it (BrowserState)
+    token = store.new_token()                    # server-made and signed; the browser keeps it (BrowserState)
+    token = store.verified(value)                # what a browser sent back: the token, or None
     store.writer.submit(token, encoded)          # a core.checkpoint.Encoded: written in the background
     path = store.fetch(token, into=folder)       # the latest archive, or None
 
-What a browser sends back is untrusted: a token is accepted only in the exact form `new_token`
-makes (43 URL-safe characters), and the file is named by a hash of it, so no byte of a request
-becomes part of a path and a token opens only its own entry. Knowing the store's layout does not
-help: a name reveals nothing of the token that writes or reads it.
+What a browser sends back is untrusted. BrowserState's secret cannot vouch for it: that secret is sent
+to every browser, so anyone can write a value this app would decrypt. A token is therefore a random id
+and an HMAC of it under a key that never leaves the server (the store's `token-key`, shared by the
+servers on one store), compared in constant time: a value someone planted in a browser's storage (a
+shared workshop PC) is refused unless the server made it. The entry is named by a hash of the token, so
+no byte of a request becomes part of a path and a token opens only its own entry; a name reveals
+nothing of the token that writes or reads it.
 
 Bounded: after each write the least recently written entries go until the store holds at most
 `budget_bytes`; an entry evicted so leaves a small tombstone, so its owner is told why the model is
@@ -24,7 +28,9 @@ Never imports a tab or gradio.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import logging
 import re
 import secrets
@@ -38,20 +44,24 @@ import fsspec
 from core.checkpoint import Encoded
 
 log = logging.getLogger("playground")
-TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32), nothing else
+SECRET = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32): the form of the store's secrets
+TOKEN_ID_BYTES = MAC_BYTES = 16  # a token: a random id and its HMAC, 128 bits each, URL-safe base64 ...
+MAC_CHARS = 22  # ... of 22 characters each
+TOKEN = re.compile(r"[A-Za-z0-9_-]{44}")
 ARCHIVE, TOMBSTONE = ".zip", ".evicted"
 SECRET_FILE = "browser-secret"  # BrowserState's key: the same on every server sharing the store
+KEY_FILE = "token-key"  # signs tokens; never leaves the servers
 SECRET_READS = 50  # tries, 0.1 s apart, to read a secret another server is writing
 
 
-def new_token() -> str:
-    """A fresh, unguessable session token (256 bits)."""
-    return secrets.token_urlsafe(32)
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
 
 
-def valid_token(value: object) -> str | None:
-    """`value` if it is a token in the form `new_token` makes, else None (anything a browser sent)."""
-    return value if isinstance(value, str) and TOKEN.fullmatch(value) else None
+def sign(key: bytes, purpose: str, text: str) -> str:
+    """The HMAC-SHA256 of `text` for one `purpose` under `key`, URL-safe (22 characters): a token's MAC
+    and a continue-elsewhere code's are never interchangeable."""
+    return _b64(hmac.new(key, f"{purpose}:{text}".encode("ascii"), hashlib.sha256).digest()[:MAC_BYTES])
 
 
 def _entry(token: str) -> str:
@@ -81,6 +91,7 @@ class StateStore:
         self.budget_bytes = budget_bytes
         self.problem: str | None = None  # why the store is off, once a write failed
         self.fs.makedirs(self.root, exist_ok=True)
+        self.key = self._shared_secret(KEY_FILE).encode("ascii")
         self._lock = threading.Lock()  # one eviction at a time
         self.writer = Writer(self)
 
@@ -91,12 +102,28 @@ class StateStore:
     def working(self) -> bool:
         return self.problem is None
 
+    def new_token(self) -> str:
+        """A fresh, unguessable session token that this store's servers can verify."""
+        token_id = _b64(secrets.token_bytes(TOKEN_ID_BYTES))
+        return token_id + sign(self.key, "token", token_id)
+
+    def verified(self, value: object) -> str | None:
+        """`value` if it is a token this store's servers made, else None (anything a browser sent)."""
+        if not isinstance(value, str) or not TOKEN.fullmatch(value):
+            return None
+        token_id, mac = value[:-MAC_CHARS], value[-MAC_CHARS:]
+        return value if hmac.compare_digest(sign(self.key, "token", token_id), mac) else None
+
     def secret(self) -> str:
-        """The BrowserState secret, made once and kept in the store (so a restart can read old tokens).
-        Servers sharing the store that start together agree: the file is created exclusively, so the first
-        one's secret stands and the others read it (on a backend without exclusive creation, start one
-        server alone the first time)."""
-        path = self._path(SECRET_FILE)
+        """The BrowserState secret, made once and kept in the store (so a restart can read old tokens)."""
+        return self._shared_secret(SECRET_FILE)
+
+    def _shared_secret(self, name: str) -> str:
+        """The secret kept in the file `name`, made by the first server that needs it. Servers sharing the
+        store that start together agree: the file is created exclusively, so the first one's secret stands
+        and the others read it (on a backend without exclusive creation, start one server alone the first
+        time)."""
+        path = self._path(name)
         made = secrets.token_urlsafe(32).encode("ascii")
         try:
             with self.fs.open(path, "xb") as file:
@@ -108,10 +135,10 @@ class StateStore:
                 self._put_bytes(path, made)
         for _ in range(SECRET_READS):  # another server may be writing it at this moment
             secret = self.fs.cat_file(path).decode("ascii", "replace").strip()
-            if TOKEN.fullmatch(secret):
+            if SECRET.fullmatch(secret):
                 return secret
             time.sleep(0.1)
-        raise ValueError(f"the store's {SECRET_FILE} is not a secret this app makes")
+        raise ValueError(f"the store's {name} is not a secret this app makes")
 
     def _put_bytes(self, path: str, data: bytes) -> None:
         """Write then move into place: a reader never sees half a file (a crash leaves a .part at most)."""

@@ -8,6 +8,7 @@ and an idle model makes room through the store."""
 import contextlib
 import io
 import json
+import secrets
 import threading
 import time
 import zipfile
@@ -19,7 +20,6 @@ from conftest import serve
 from test_hostile import GENERATE, TINY, Hostile, Server, form, tiny_model_bytes
 
 from playground.settings import Settings
-from playground.store import new_token
 from playground.tabs.train.restore import UNREADABLE
 
 pytestmark = pytest.mark.integration
@@ -69,7 +69,7 @@ def test_a_killed_server_gives_each_browser_its_model_back_on_any_server_of_its_
         first.wait()
         other.wait()
         token = first.app.ok("come_back", [None], "tab-before")[0]  # a new browser gets its token
-        assert isinstance(token, str) and len(token) == 43
+        assert isinstance(token, str) and len(token) == 44
         run = form(steps=4000, eval_interval=EVAL_EVERY)
 
         def train() -> None:
@@ -156,10 +156,26 @@ def test_tokens_not_made_here_restore_nothing_and_touch_nothing(running_app):
             values = answer["output"]["data"]
             assert real not in str(values)[:200] and "Welcome back" not in str(values), str(values)[:200]
     assert demo.registry.peek("thief").trained is None
-    unknown = app.ok("come_back", [new_token()], "stranger")  # well-formed, but never saved: a fresh start
+    unknown = app.ok("come_back", [demo.store.new_token()], "stranger")  # signed, but never saved: a fresh start
     assert "Welcome back" not in str(unknown)
     assert {p.name: p.stat().st_mtime for p in store.iterdir()} == before
     assert UNREADABLE in str(app.ok("come_back", ["../../../etc/passwd"], "someone"))
+
+
+def test_a_token_planted_in_a_browser_is_not_adopted(running_app):
+    """Someone plants a well-formed value in a shared PC's storage, hoping to read the next learner's model
+    with it later: the server gives that browser a token of its own, and the planted value reads nothing."""
+    demo, url = running_app
+    app = Hostile(url)
+    planted = secrets.token_urlsafe(33)[:44]  # the form of a token, but not signed by this store's key
+    answer = app.ok("come_back", [planted], "learner")
+    token = answer[0]
+    assert token != planted and demo.store.verified(token) == token and UNREADABLE in str(answer)
+    app.ok("train", form(eval_interval=10), "learner")  # the learner's model is kept under the server's token
+    assert demo.store.writer.flush()
+    later = app.ok("come_back", [planted], "thief")
+    assert "Welcome back" not in str(later) and demo.registry.peek("thief").trained is None
+    assert "Welcome back" in str(app.ok("come_back", [token], "learner-again"))
 
 
 def test_a_kept_movie_that_fails_its_checks_is_dropped_and_the_model_comes_back(tmp_path):

@@ -1,8 +1,9 @@
-"""The state store (issue 24): tokens the server makes are the only keys, no byte of a client's value
+"""The state store (issues 24, 36): tokens the server makes and signs are the only keys, no byte of a client's value
 reaches a path, the budget holds with least-recently-written eviction and tombstones, two apps share
 one store, and a store that cannot be written switches itself off without losing anything in memory."""
 
 import os
+import secrets
 import shutil
 import threading
 import time
@@ -17,7 +18,7 @@ from core.checkpoint import encode
 from core.config import GPTConfig
 from core.model import GPT
 from core.tokenizers import CharTokenizer
-from playground.store import StateStore, new_token, open_store, valid_token
+from playground.store import StateStore, open_store
 
 
 def encoded(seed: int = 0, n_embd: int = 16):
@@ -27,38 +28,53 @@ def encoded(seed: int = 0, n_embd: int = 16):
     return encode(model, tokenizer, {"steps": seed})
 
 
-def test_only_tokens_the_server_makes_are_taken():
-    token = new_token()
-    assert valid_token(token) == token and len(token) == 43 and new_token() != token
-    for forged in (None, "", 7, ["x" * 43], "../" * 15, "a" * 42, "a" * 44, "a" * (1 << 20),
-                   "A" * 42 + "/", "A" * 42 + ".", "A" * 42 + "\x00", token + "\n"):
-        assert valid_token(forged) is None, repr(forged)[:60]
+def test_only_tokens_the_server_makes_are_taken(tmp_path):
+    store = StateStore(str(tmp_path / "store"), budget_bytes=10**9)
+    token = store.new_token()
+    assert store.verified(token) == token and len(token) == 44 and store.new_token() != token
+    for forged in (None, "", 7, ["x" * 44], "../" * 15, "a" * 43, "a" * 44, "a" * 45, "a" * (1 << 20),
+                   "A" * 43 + "/", "A" * 43 + ".", "A" * 43 + "\x00", token + "\n", token[:-1],
+                   secrets.token_urlsafe(32) + "A"):  # the right form, no valid MAC: planted, not made here
+        assert store.verified(forged) is None, repr(forged)[:60]
+
+
+def test_a_token_is_refused_if_one_character_changes_or_the_key_differs(tmp_path):
+    store = StateStore(str(tmp_path / "store"), budget_bytes=10**9)
+    token = store.new_token()
+    for at in (0, 21, 22, 43):  # in the id and in the MAC
+        changed = token[:at] + ("A" if token[at] != "A" else "B") + token[at + 1:]
+        assert store.verified(changed) is None
+    other = StateStore(str(tmp_path / "other"), budget_bytes=10**9)  # another store: another key
+    assert other.verified(token) is None and other.verified(other.new_token()) is not None
+    again = StateStore(str(tmp_path / "store"), budget_bytes=10**9)  # a restart: the same key from the store
+    assert again.verified(token) == token
+    assert (tmp_path / "store" / "token-key").read_text() not in (store.secret(), token)  # not sent to browsers
 
 
 def test_an_entry_is_named_by_a_hash_and_holds_the_latest_archive(tmp_path):
     store = StateStore(str(tmp_path / "store"), budget_bytes=10**9)
-    token = new_token()
+    token = store.new_token()
     assert store.fetch(token, tmp_path) is None and not store.evicted(token)
     first, second = encoded(1), encoded(2)
     store.writer.submit(token, first)
     store.writer.submit(token, second)  # a newer state replaces one still waiting, or the written one
     assert store.writer.flush()
     names = sorted(os.listdir(tmp_path / "store"))
-    assert token not in "".join(names) and all(n == "browser-secret" or n[:64].isalnum() for n in names)
+    assert token not in "".join(names) and all(n in ("browser-secret", "token-key") or n[:64].isalnum() for n in names)
     fetched = store.fetch(token, tmp_path)
     assert fetched is not None
     with zipfile.ZipFile(fetched) as archive:
         assert archive.read("model.safetensors") == second.weights
-    assert store.fetch(new_token(), tmp_path) is None  # another token opens nothing
+    assert store.fetch(store.new_token(), tmp_path) is None  # another token opens nothing
 
 
 def test_the_budget_evicts_the_least_recently_written_and_leaves_a_tombstone(tmp_path):
     probe = StateStore(str(tmp_path / "probe"), budget_bytes=10**9)
-    probe.writer.submit(new_token(), encoded(0))
+    probe.writer.submit(probe.new_token(), encoded(0))
     probe.writer.flush()
     size = probe.used_bytes()
     store = StateStore(str(tmp_path / "store"), budget_bytes=int(2.5 * size))  # room for two
-    tokens = [new_token() for _ in range(3)]
+    tokens = [store.new_token() for _ in range(3)]
     for seed, token in enumerate(tokens):
         store.writer.submit(token, encoded(seed))
         assert store.writer.flush()
@@ -72,20 +88,29 @@ def test_the_budget_evicts_the_least_recently_written_and_leaves_a_tombstone(tmp
 
 
 def test_two_apps_share_one_store_and_its_secret():
-    url = f"memory://shared-{new_token()[:8]}"
+    url = f"memory://shared-{secrets.token_hex(4)}"
     one, other = StateStore(url, 10**9), StateStore(url, 10**9)
     assert one.secret() == other.secret() and len(one.secret()) >= 32
-    token = new_token()
+    token = one.new_token()
+    assert other.verified(token) == token  # one key for both
     one.writer.submit(token, encoded(3))
     assert one.writer.flush()
     assert other.fetch(token, Path(os.environ.get("TMPDIR", "/tmp"))) is not None
 
 
 @pytest.mark.parametrize("url", ["memory://", "folder"])
-def test_servers_starting_together_on_an_empty_store_agree_on_its_secret(url, tmp_path):
-    url = f"memory://race-{new_token()[:8]}" if url == "memory://" else str(tmp_path / "store")
-    stores = [StateStore(url, 10**9) for _ in range(8)]
-    start = threading.Barrier(len(stores))
+def test_servers_starting_together_on_an_empty_store_agree_on_its_secrets(url, tmp_path):
+    url = f"memory://race-{secrets.token_hex(4)}" if url == "memory://" else str(tmp_path / "store")
+    start = threading.Barrier(8)
+
+    def opened(_) -> StateStore:
+        start.wait()
+        return StateStore(url, 10**9)  # makes or reads the token key
+
+    with ThreadPoolExecutor(8) as pool:
+        stores = list(pool.map(opened, range(8)))
+    assert len({store.key for store in stores}) == 1
+    start.reset()
 
     def secret(store: StateStore) -> str:
         start.wait()
@@ -105,17 +130,17 @@ def test_an_unwritable_store_switches_off_and_says_why(tmp_path, caplog):
     store = StateStore(str(root), 10**9)
     shutil.rmtree(root)
     root.write_text("the folder became a file")  # every write fails from now on
-    store.writer.submit(new_token(), encoded(4))
+    store.writer.submit(store.new_token(), encoded(4))
     assert store.writer.flush()
     assert not store.working and "memory only" in caplog.text
-    store.writer.submit(new_token(), encoded(5))  # ignored, quietly: the app already says so
+    store.writer.submit(store.new_token(), encoded(5))  # ignored, quietly: the app already says so
     assert store.writer.flush(timeout=1)
 
 
 @pytest.mark.parametrize("hostile", ["../../etc/passwd", "/" * 43, "." * 43])
 def test_path_shaped_values_never_reach_the_filesystem(tmp_path, hostile):
     store = StateStore(str(tmp_path / "store"), 10**9)
-    assert valid_token(hostile) is None
+    assert store.verified(hostile) is None
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    assert store.fetch(valid_token(hostile) or new_token(), tmp_path) is None
+    assert store.fetch(store.verified(hostile) or store.new_token(), tmp_path) is None
     assert sorted(p.name for p in tmp_path.rglob("*")) == before

@@ -7,7 +7,7 @@ by the store's own thread, so a step never waits for the disk). When a page open
 its token: if the session has no model yet and the store holds one, it is loaded as an upload is (the
 same caps and checks) and the form, the chart and the other tabs follow; Train then continues exactly.
 
-A token is untrusted input: one not in the form the server makes gets a fresh one (and a note), one
+A token is untrusted input: one the store's key did not sign gets a fresh one (and a note), one
 the store does not know starts afresh (a note when its model was evicted to keep the store's budget).
 
 `RestoreHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `ctx`, `registry` and `_adopt`.
@@ -32,7 +32,6 @@ from core.runs import encode_runs
 from core.tokenizers import token_labels
 from playground.figures.attention import live_heatmap
 from playground.sessions import Session
-from playground.store import new_token, valid_token
 from playground.tabs.train.checkpoints import CheckpointHandlers, checkpoint_meta
 from playground.tabs.train.form import FORM_FIELDS, PASTE, Recipe, TrainForm
 from playground.tabs.train.replay import movie_note, scores_plot
@@ -93,9 +92,9 @@ class RestoreHandlers(CheckpointHandlers):
             off = self.settings.state_dir == "off"  # the operator's choice is not a problem to report
             return {"status": gr.skip() if off else MEMORY_ONLY}
         session = self.registry.get(request)
-        token = valid_token(kept)
+        token = store.verified(kept)
         if token is None:
-            session.token = new_token()
+            session.token = store.new_token()
             return {"token": session.token, "status": UNREADABLE if kept not in (None, "") else gr.skip()}
         session.token = token
         if session.trained is not None:  # this session already has a model: nothing to bring back
