@@ -43,6 +43,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
+import math
 import secrets
 import threading
 import time
@@ -362,7 +363,8 @@ class SessionRegistry:
                     raise gr.Error(
                         f"The server is full: the models held now take {held / 2**20:,.0f} MB of its "
                         f"{self.memory_budget / 2**20:,.0f} MB for models, and none has been idle long enough to "
-                        "make room. Try again in a few minutes, or train a smaller model.", print_exception=False)
+                        f"make room. {self._room_in(others, unkept, now)}, or train a smaller model.",
+                        print_exception=False)
             if aside is not None:
                 if self._offload(aside):
                     self._set_aside(aside)
@@ -376,6 +378,16 @@ class SessionRegistry:
                 self._evict_locked(victim, "the server's memory for models was full and yours had been idle "
                                            f"longest (over {self.evict_idle_s / 60:.0f} minutes).")
             self._notify([victim])
+
+    def _room_in(self, others: list[Session], unkept: set[str], now: float) -> str:
+        """When to try again: as soon as one of `others` (held, not training) may leave memory, set aside to
+        the store or evicted as idle; while every model is training, when a run ends."""
+        waits = [(self.set_aside_idle_s if s.token and s.key not in unkept and self._offload is not None
+                  else self.evict_idle_s) - (now - s.last_used) for s in others]
+        if not waits:
+            return "Every model held now is training: room frees as a run ends. Try again in a minute"
+        wait = max(1, math.ceil(min(waits)))
+        return f"Try again in {wait} seconds" if wait < 120 else f"Try again in {math.ceil(wait / 60)} minutes"
 
     def _held_locked(self, exclude: Session | None = None) -> int:
         return sum(s.held_bytes for s in self._sessions.values() if s.holds_model and s is not exclude)

@@ -76,10 +76,13 @@ def test_a_model_evicts_only_a_model_idle_for_a_while_and_its_owner_is_told_once
     trainer = FakeTrainer()
     model_session(registry, "a").trained = with_trainer(trainer)
     model_session(registry, "b")
-    with pytest.raises(gr.Error, match="server is full"):
+    with pytest.raises(gr.Error, match="server is full.*Try again in 5 minutes"):  # the real wait: a's 300 s idle
         model_session(registry, "c")
     assert "a" in registry and "b" in registry
-    clock.now += 400
+    clock.now += 200
+    with pytest.raises(gr.Error, match="Try again in 100 seconds"):
+        model_session(registry, "c")
+    clock.now += 200
     registry.get("b")  # b is in use; a has been idle for 400 s
     model_session(registry, "c")
     assert "a" not in registry and "b" in registry and trainer.stopped
@@ -109,7 +112,7 @@ def test_a_model_the_store_keeps_makes_room_at_once_and_comes_back_on_its_owners
     for key in ("a", "b"):
         session = model_session(registry, key)
         session.token, session.trained = f"token-{key}", TrainedModel(f"model-{key}", "tokenizer", "a corpus")
-    with pytest.raises(gr.Error, match="server is full"):  # both in use a moment ago: neither goes
+    with pytest.raises(gr.Error, match="server is full.*Try again in 30 seconds"):  # neither idle: set aside after 30 s
         model_session(registry, "c")
     clock.now += 40  # idle long enough to be set aside, far from the 600 s an eviction waits
     registry.get("b")
@@ -145,7 +148,7 @@ def test_busy_sessions_are_never_evicted():
     with registry.job("a", "training") as session:
         registry.claim_model(session, MODEL)
         clock.now += 1000
-        with pytest.raises(gr.Error, match="server is full"):
+        with pytest.raises(gr.Error, match="server is full.*training: room frees as a run ends"):
             model_session(registry, "b")
         assert registry.sweep() == 0
     model_session(registry, "b")
