@@ -6,6 +6,9 @@ that slept), in a local folder or any `fsspec` URL several servers share.
     token = store.verified(value)                # what a browser sent back: the token, or None
     store.writer.submit(token, encoded)          # a core.checkpoint.Encoded: written in the background
     path = store.fetch(token, into=folder)       # the latest archive, or None
+    code = store.carry_code(token)               # a short code another browser pastes to take the model
+    token = store.redeem(code)                   # ... and what it gives that browser: the token, or None
+    store.use_up(code)                           # once it has taken the model
 
 What a browser sends back is untrusted. BrowserState's secret cannot vouch for it: that secret is sent
 to every browser, so anyone can write a value this app would decrypt. A token is therefore a random id
@@ -14,6 +17,13 @@ servers on one store), compared in constant time: a value someone planted in a b
 shared workshop PC) is refused unless the server made it. The entry is named by a hash of the token, so
 no byte of a request becomes part of a path and a token opens only its own entry; a name reveals
 nothing of the token that writes or reads it.
+
+A continue-elsewhere code carries a model to a browser that cannot read this one's storage (another
+address of the server, another laptop). It is a bearer secret, like the token it stands for: 12 random
+characters (60 bits) and 4 of an HMAC under the same key, in Crockford's base32 (no I, L, O or U to
+misread), read with dashes and spaces ignored. A code that fails its MAC is refused before the store is
+touched; one that passes names a small file (by a hash, again) holding the token. It works once, within
+`CODE_TTL_S`, and the store holds at most `MAX_CODES` (the oldest go first), so codes cannot fill a disk.
 
 Bounded: after each write the least recently written entries go until the store holds at most
 `budget_bytes`; an entry evicted so leaves a small tombstone, so its owner is told why the model is
@@ -52,6 +62,12 @@ ARCHIVE, TOMBSTONE = ".zip", ".evicted"
 SECRET_FILE = "browser-secret"  # BrowserState's key: the same on every server sharing the store
 KEY_FILE = "token-key"  # signs tokens; never leaves the servers
 SECRET_READS = 50  # tries, 0.1 s apart, to read a secret another server is writing
+CODE_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford's base32
+CODE_ID_CHARS, CODE_MAC_CHARS = 12, 4  # 60 random bits, 20 of MAC: 16 characters, read in groups of 4
+CODE_FILE = ".code"
+CODE_TTL_S = 24 * 3600.0
+MAX_CODES = 10_000
+MISREAD = str.maketrans({"O": "0", "I": "1", "L": "1"})  # what a person may type for 0 and 1
 
 
 def _b64(data: bytes) -> str:
@@ -113,6 +129,62 @@ class StateStore:
             return None
         token_id, mac = value[:-MAC_CHARS], value[-MAC_CHARS:]
         return value if hmac.compare_digest(sign(self.key, "token", token_id), mac) else None
+
+    def carry_code(self, token: str) -> str:
+        """A fresh continue-elsewhere code for `token` (a verified one), e.g. "7K2M-Q9XD-4HTW-P0CN"."""
+        code_id = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_ID_CHARS))
+        self._put_bytes(self._code_path(code_id), token.encode("ascii"))
+        self._keep_codes()
+        code = code_id + self._code_mac(code_id)
+        return "-".join(code[at:at + 4] for at in range(0, len(code), 4))
+
+    def redeem(self, code: object) -> str | None:
+        """The token a code made by `carry_code` stands for; None for anything else (a typo, a code of another
+        store, one used up or older than CODE_TTL_S)."""
+        code_id = self._code_id(code)
+        if code_id is None:
+            return None
+        try:
+            info = self.fs.info(self._code_path(code_id))
+            token = self.fs.cat_file(self._code_path(code_id))[:64].decode("ascii", "replace")
+        except FileNotFoundError:
+            return None
+        return self.verified(token) if time.time() - _written(info) < CODE_TTL_S else None
+
+    def use_up(self, code: str) -> None:
+        """A redeemed code works once: whoever sees it later takes nothing."""
+        code_id = self._code_id(code)
+        if code_id is not None and self.fs.exists(self._code_path(code_id)):
+            self.fs.rm(self._code_path(code_id))
+
+    def _code_id(self, code: object) -> str | None:
+        """The random part of a code as a person may type it (any case, dashes, spaces, O for 0), if its MAC
+        holds; None otherwise, before the store is touched."""
+        if not isinstance(code, str) or len(code) > 64:
+            return None
+        code = code.upper().replace("-", "").replace(" ", "").translate(MISREAD)
+        if len(code) != CODE_ID_CHARS + CODE_MAC_CHARS or not set(code) <= set(CODE_ALPHABET):
+            return None
+        code_id, mac = code[:CODE_ID_CHARS], code[CODE_ID_CHARS:]
+        return code_id if hmac.compare_digest(self._code_mac(code_id), mac) else None
+
+    def _code_path(self, code_id: str) -> str:
+        return self._path(hashlib.sha256(f"code:{code_id}".encode("ascii")).hexdigest() + CODE_FILE)
+
+    def _code_mac(self, code_id: str) -> str:
+        digest = hmac.new(self.key, f"carry:{code_id}".encode("ascii"), hashlib.sha256).digest()
+        bits = int.from_bytes(digest[:4], "big") >> (32 - 5 * CODE_MAC_CHARS)
+        return "".join(CODE_ALPHABET[(bits >> 5 * at) & 31] for at in reversed(range(CODE_MAC_CHARS)))
+
+    def _keep_codes(self) -> None:
+        """Drop codes past their time, then the oldest past MAX_CODES."""
+        with self._lock:
+            codes = sorted((info for info in self.fs.ls(self.root, detail=True) if info["name"].endswith(CODE_FILE)),
+                           key=_written)
+            now = time.time()
+            for at, info in enumerate(codes):
+                if len(codes) - at > MAX_CODES or now - _written(info) >= CODE_TTL_S:
+                    self.fs.rm(info["name"])
 
     def secret(self) -> str:
         """The BrowserState secret, made once and kept in the store (so a restart can read old tokens)."""

@@ -196,3 +196,36 @@ def test_a_kept_movie_that_fails_its_checks_is_dropped_and_the_model_comes_back(
         assert any(isinstance(v, str) and f"at step {TINY['steps']}" in v for v in answer), answer
         assert demo.registry.peek("after").trained.movie is None
         assert "no attention movie yet" in app.error("attention_movie", [], "after")
+
+
+def test_a_code_carries_a_model_to_a_server_at_another_address(store):
+    """Browser storage is per address: the same store behind another port strands the model, unless the
+    learner carries it with a code. The code works once; a typo, a forged code or one for a tab without
+    a model is told in words; both browsers then hold the same token (the last to save wins)."""
+    first, other = Server(store, wait=False), Server(store, wait=False)
+    try:
+        first.wait()
+        other.wait()
+        assert first.port != other.port
+        token = first.app.ok("come_back", [None], "laptop")[0]
+        assert "train one" in first.app.error("carry_code", [], "laptop")  # no model yet
+        first.app.ok("train", form(), "laptop")
+        code = first.app.ok("carry_code", [], "laptop")[0]
+        assert isinstance(code, str) and len(code) == 19 and token not in code
+
+        fresh = other.app.ok("come_back", [None], "second-laptop")[0]  # another address: another token
+        assert fresh != token and "Welcome back" not in str(fresh)
+        typo = code[:-1] + ("2" if code[-1] != "2" else "3")
+        for wrong in (typo, "../../etc/passwd", "x" * 64):
+            assert "does not open a model here" in other.app.error("take_code", [wrong], "second-laptop")
+        assert "Paste the code" in other.app.error("take_code", [""], "second-laptop")
+        taken = other.app.ok("take_code", [code.lower()], "second-laptop")
+        assert taken[0] == token  # this browser keeps the model's token from now on
+        assert any(isinstance(v, str) and f"from the other browser is here, at step {TINY['steps']}" in v
+                   for v in taken), taken
+        assert weights_of(downloaded(other.app, "second-laptop")) == weights_of(downloaded(first.app, "laptop"))
+        assert "does not open a model here" in other.app.error("take_code", [code], "third")  # once
+        assert "Welcome back" in str(other.app.ok("come_back", [token], "second-laptop-reloaded"))
+    finally:
+        first.kill()
+        other.kill()

@@ -63,3 +63,41 @@ def test_a_restarted_server_gives_the_reloaded_tab_its_model_back(browser, tmp_p
         page.screenshot(path=str(SCREENSHOTS / "restore-3-after-restart-390.png"), full_page=True)
         assert_no_errors(page)
         page.close()
+
+
+def test_a_code_carries_the_model_to_the_same_store_at_another_address(browser, tmp_path):
+    """Browser storage is per address: on another port the model would be stranded. The code made on
+    the first page takes it to a page of the second server, which keeps it across a reload."""
+    settings = Settings.from_env({}, state_dir=str(tmp_path / "store"))
+    with serve(settings) as (_, first_url), serve(settings) as (_, other_url):
+        assert first_url != other_url
+        page = new_page(browser, first_url)
+        set_number(page, "Steps", STEPS)
+        page.locator("#train-button").click()
+        page.locator("#train-status").filter(has_text=f"Done: {STEPS} steps").wait_for()
+        page.locator("#carry").get_by_text("Continue in another browser").first.click()
+        page.locator("#carry-make").click()
+        code_box = page.locator("#carry-code textarea, #carry-code input").first
+        code_box.wait_for()
+        page.wait_for_function("el => el.value.length === 19", arg=code_box.element_handle())
+        code = code_box.input_value()
+        assert "treat it as a password" in page.locator("#carry-code").inner_text()
+        page.locator("#carry").scroll_into_view_if_needed()
+        page.screenshot(path=str(SCREENSHOTS / "carry-1-code-1366.png"), full_page=True)
+
+        phone = new_page(browser, other_url, width=390, height=844)  # another browser, another address
+        phone.locator("#carry").get_by_text("Continue in another browser").first.click()
+        phone.locator("#carry-input textarea, #carry-input input").first.fill(code)
+        phone.locator("#carry-take").click()
+        phone.locator("#train-status").filter(has_text=f"from the other browser is here, at step {STEPS}").wait_for()
+        phone.locator("#train-next").filter(has_text=f"already trained {STEPS} of {STEPS} steps").wait_for()
+        phone.locator("#loss-plot .scatterlayer .trace").first.wait_for()
+        phone.screenshot(path=str(SCREENSHOTS / "carry-2-taken-390.png"), full_page=True)
+        phone.reload(wait_until="domcontentloaded")  # this browser keeps the model's token now
+        phone.locator("#train-status").filter(has_text=f"Welcome back: your model is here as you left it, at step {STEPS}").wait_for()
+        open_tab(phone, "Generate")
+        phone.locator("#generate-model-info").filter(has_text=f"{STEPS} steps").wait_for()
+        assert_no_errors(page)
+        assert_no_errors(phone)
+        page.close()
+        phone.close()

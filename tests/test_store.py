@@ -144,3 +144,47 @@ def test_path_shaped_values_never_reach_the_filesystem(tmp_path, hostile):
     before = sorted(p.name for p in tmp_path.rglob("*"))
     assert store.fetch(store.verified(hostile) or store.new_token(), tmp_path) is None
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+# ---------------------------------------------------------------- continue-elsewhere codes
+
+
+def test_a_code_gives_its_token_once_however_a_person_types_it(tmp_path):
+    store = StateStore(str(tmp_path / "store"), budget_bytes=10**9)
+    token = store.new_token()
+    code = store.carry_code(token)
+    assert len(code) == 19 and code.count("-") == 3 and token not in code
+    typed = code.lower().replace("-", " ").replace("0", "o").replace("1", "l")  # as read aloud, or from a board
+    assert store.redeem(typed) == token and store.redeem(code) == token  # readable until used up
+    store.use_up(typed)
+    assert store.redeem(code) is None  # once
+    other = StateStore(str(tmp_path / "other"), budget_bytes=10**9)
+    assert other.redeem(store.carry_code(token)) is None  # another store's key
+
+
+def test_a_code_with_one_character_changed_is_refused_before_the_store_is_read(tmp_path):
+    store = StateStore(str(tmp_path / "store"), budget_bytes=10**9)
+    code = store.carry_code(store.new_token())
+    reads = []
+    original = store.fs.cat_file
+    store.fs.cat_file = lambda *args, **kwargs: reads.append(args) or original(*args, **kwargs)
+    for at in (0, 5, 13, 18):  # in the random part and in the MAC
+        changed = code[:at] + ("2" if code[at] != "2" else "3") + code[at + 1:]
+        assert store.redeem(changed) is None
+    for hostile in (None, 7, "", "../" * 6, "A" * 16, "A" * 10_000, code + "X", "ÄÖÜ" * 6, code.replace("-", "/")):
+        assert store.redeem(hostile) is None
+    assert reads == []
+
+
+def test_codes_expire_and_are_bounded_in_number(tmp_path, monkeypatch):
+    store = StateStore(str(tmp_path / "store"), budget_bytes=10**9)
+    token = store.new_token()
+    old = store.carry_code(token)
+    [path] = (tmp_path / "store").glob("*.code")
+    day_ago = time.time() - 24 * 3600 - 1
+    os.utime(path, (day_ago, day_ago))
+    assert store.redeem(old) is None  # too old
+    monkeypatch.setattr("playground.store.MAX_CODES", 3)
+    codes = [store.carry_code(token) for _ in range(5)]
+    assert len(list((tmp_path / "store").glob("*.code"))) == 3  # the expired one and the oldest went
+    assert [store.redeem(code) for code in codes[-3:]] == [token] * 3

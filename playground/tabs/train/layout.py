@@ -12,7 +12,7 @@ The tab's parts, one module each:
 
 Public events: /train (streams; continues the session's model), /train_new (discards it first),
 /stop, /preset, /save_checkpoint, /load_checkpoint, /export_transformers, /attention_movie,
-/attention_movie_frame, /attention_movie_gif, /compare_runs (and the UI-only preview: the parameter
+/attention_movie_frame, /attention_movie_gif, /compare_runs, /carry_code, /take_code (and the UI-only preview: the parameter
 count and what Train will do).
 Nothing imports this module but the package's `__init__`: it is the top of the tab. Never imports
 another tab.
@@ -40,7 +40,7 @@ from playground.tabs.train.form import (
     POSITION_CHOICES, STAGE_CHOICES, TOKENIZER_CHOICES, UPLOAD, heads_for_stage, layers_for_stage,
 )
 from playground.tabs.train.replay import NO_MOVIE, NO_REPLAY, NO_SCORES, PLAY, PLAY_INTERVAL_S, ReplayHandlers
-from playground.tabs.train.restore import KEPT_FIELDS, STORAGE_KEY, RestoreHandlers
+from playground.tabs.train.restore import CARRY_NOTE, KEPT_FIELDS, STORAGE_KEY, RestoreHandlers
 from playground.tabs.train.run import NO_ATTENTION_YET, RunHandlers, progress_html
 
 
@@ -200,6 +200,24 @@ def build(ctx: AppContext) -> TrainHandlers:
                             "the loss curve, ready for the Hub. Options it cannot express are named instead.")
                 checkpoint_upload = gr.File(label="Upload a checkpoint .zip to continue or inspect it",
                                             file_types=[".zip"], type="filepath")
+            with gr.Accordion("Continue in another browser", open=False, elem_id="carry"):
+                if ctx.store is None:
+                    gr.Markdown("This server keeps models in memory only: download a checkpoint above and upload it "
+                                "there instead.", elem_classes="caps-note")
+                else:
+                    gr.Markdown("Another laptop, or this server at another address, cannot read this browser's "
+                                "storage: a code carries your model there.", elem_classes="caps-note")
+                with gr.Row(equal_height=False):
+                    carry_btn = gr.Button("Make a code", size="sm", elem_id="carry-make", interactive=ctx.store is not None)
+                    carry_code = gr.Textbox(label="Your code", info=CARRY_NOTE, buttons=["copy"],
+                                            interactive=False, visible=False, elem_id="carry-code", elem_classes="mono")
+                with gr.Row(equal_height=False):
+                    shown["carry_box"] = gr.Textbox(label="Have a code? Paste it here", max_length=64,
+                                                    placeholder="XXXX-XXXX-XXXX-XXXX", elem_id="carry-input",
+                                                    info="Takes the model it names: this tab's own model is replaced "
+                                                         "(download it first to keep it).", scale=3)
+                    take_btn = gr.Button("Take the model", size="sm", elem_id="carry-take", scale=1,
+                                         interactive=ctx.store is not None)
     if set(form) != set(FORM_FIELDS):
         raise RuntimeError(f"the Train tab's components do not match TrainForm: {sorted(set(form) ^ set(FORM_FIELDS))}")
     shown.update(status=status, progress=progress, model_changed=ctx.model_changed, movie_note=movie_note,
@@ -270,6 +288,13 @@ def build(ctx: AppContext) -> TrainHandlers:
     opened.then(by_name(handlers.come_back), shown["token"], restored, api_name="come_back", **quiet).then(
         handlers.preview, inputs, [params, next_step], **quiet).then(
         compare_handlers.refresh, None, compare_outputs, **quiet)  # the runs kept with the model
+    # A code from another browser brings its model as coming back does, and this browser keeps its token.
+    carry_btn.click(handlers.carry_code, None, carry_code, api_name="carry_code", **one_at_a_time).success(
+        _shown, None, carry_code, **quiet)
+    take_btn.click(by_name(handlers.take_code), shown["carry_box"], restored + [shown["carry_box"]],
+                   api_name="take_code", **one_at_a_time).success(
+        handlers.preview, inputs, [params, next_step], **quiet).then(
+        compare_handlers.refresh, None, compare_outputs, **quiet)
     return handlers
 
 

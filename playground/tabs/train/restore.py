@@ -32,6 +32,7 @@ from core.runs import encode_runs
 from core.tokenizers import token_labels
 from playground.figures.attention import live_heatmap
 from playground.sessions import Session
+from playground.store import CODE_TTL_S
 from playground.tabs.train.checkpoints import CheckpointHandlers, checkpoint_meta
 from playground.tabs.train.form import FORM_FIELDS, PASTE, Recipe, TrainForm
 from playground.tabs.train.replay import movie_note, scores_plot
@@ -42,6 +43,13 @@ KEPT_FIELDS = tuple(name for name in FORM_FIELDS if name != "upload")  # a file'
 UNREADABLE = "This browser's saved session could not be read (it was not made by this server): starting afresh."
 EVICTED = ("Your model from an earlier visit is gone: the server keeps the most recently trained models within "
            "its storage budget, and yours had waited longest. Press **Train** to start again.")
+HOURS = round(CODE_TTL_S / 3600)  # how long a continue-elsewhere code works
+CARRY_NOTE = ("Anyone with this code can take your model: treat it as a password. Paste it under \"Have a code?\" "
+              f"on another browser or laptop, or at another address of this server, within {HOURS} hours; it works "
+              "once. Both browsers then train the same model, and the one that saves last (at an evaluation, Stop or "
+              "the end of a run) is what either finds on its next visit.")
+BAD_CODE = ("That code does not open a model here: it has a typo, was made by another server, was used already or is "
+            f"older than {HOURS} hours. Make a new one in the browser that has the model.")
 MEMORY_ONLY = ("⚠️ This server cannot save models right now (its storage is full or not writable): yours lives "
                "in memory only, and a restart of the server loses it. Download a checkpoint to keep it.")
 
@@ -109,6 +117,48 @@ class RestoreHandlers(CheckpointHandlers):
         status = (f"Welcome back: your model is here as you left it, at step {session.trained.step}, and Generate "
                   "and Attention read it.")
         return {"status": status, **self._shown_after_load(session, meta), **_movie_shown(session), **form}
+
+    def carry_code(self, request: gr.Request) -> str:
+        """A continue-elsewhere code for the session's model, kept in the store as it is now."""
+        store = self._working_store()
+        with self.registry.job(request, "keeping your model for another browser") as session:
+            if session.trained is None:
+                raise gr.Error("There is no model yet: train one (or upload a checkpoint) first.", print_exception=False)
+            session.token = session.token or store.new_token()  # an API client has none until now
+            store.writer.submit(session.token, _kept(session))
+            if not (store.writer.flush() and store.working):
+                raise gr.Error(f"The model could not be kept: {store.problem or 'the store is slow'}. Download a "
+                               "checkpoint and upload it in the other browser instead.", print_exception=False)
+            return store.carry_code(session.token)
+
+    def take_code(self, code: str, request: gr.Request) -> dict[str, Any]:
+        """The model a code stands for, as this session's model (replacing any it has), with its form and
+        chart; this browser keeps the model's token from now on."""
+        store = self._working_store()
+        if not isinstance(code, str) or not code.strip():
+            raise gr.Error("Paste the code shown in the other browser first.", print_exception=False)
+        with self.registry.job(request, "taking your model from another browser") as session, \
+                tempfile.TemporaryDirectory(prefix="carry-") as folder:
+            token = store.redeem(code)
+            archive = store.fetch(token, Path(folder)) if token is not None else None
+            if archive is None:
+                raise gr.Error(BAD_CODE, print_exception=False)
+            meta = self._adopt_kept(session, archive)
+            session.token = token
+            store.use_up(code)
+        status = (f"Your model from the other browser is here, at step {session.trained.step}: Train continues it, "
+                  "Generate and Attention read it. This browser keeps it from now on.")
+        return {"token": token, "status": status, "carry_box": "", **self._shown_after_load(session, meta),
+                **_movie_shown(session), **self._checked_form(meta.get("form"))}
+
+    def _working_store(self):
+        """The state store, or gr.Error saying why a model cannot travel by code here."""
+        store = self.ctx.store
+        if store is None or not store.working:
+            raise gr.Error("This server cannot keep models (its storage is off, full or not writable), so a code "
+                           "cannot carry one: download a checkpoint and upload it in the other browser.",
+                           print_exception=False)
+        return store
 
     def _adopt_kept(self, session: Session, archive: Path) -> dict:
         """The store's archive as the session's model, with its form and compared runs; its meta."""
