@@ -2,6 +2,9 @@
 reaches a path, the budget holds with least-recently-written eviction and tombstones, two apps share
 one store, and a store that cannot be written switches itself off without losing anything in memory."""
 
+import errno
+import hashlib
+import logging
 import os
 import shutil
 import threading
@@ -10,13 +13,16 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import fsspec
 import pytest
 import torch
+from fsspec.implementations.memory import MemoryFileSystem
 
 from core.checkpoint import encode
 from core.config import GPTConfig
 from core.model import GPT
 from core.tokenizers import CharTokenizer
+from playground import store as store_module
 from playground.store import StateStore, new_token, open_store, valid_token
 
 
@@ -119,3 +125,121 @@ def test_path_shaped_values_never_reach_the_filesystem(tmp_path, hostile):
     before = sorted(p.name for p in tmp_path.rglob("*"))
     assert store.fetch(valid_token(hostile) or new_token(), tmp_path) is None
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+class FullDisk(MemoryFileSystem):
+    """fsspec's in-memory filesystem as a disk that fills up (while `full`): a file is created, but writing its
+    bytes fails, as on a real full disk (`fulldisk://`)."""
+
+    protocol = "fulldisk"
+    full = False
+
+    def _open(self, path, mode="rb", **kwargs):
+        if not (self.full and mode[0] in "wx"):
+            return super()._open(path, mode, **kwargs)
+        file = super()._open(path, mode, **{k: v for k, v in kwargs.items() if k != "data"})  # there, empty
+
+        def no_space(data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        if kwargs.get("data"):
+            no_space(kwargs["data"])
+        file.write = no_space
+        return file
+
+
+fsspec.register_implementation("fulldisk", FullDisk, clobber=True)
+
+
+def listed(store: StateStore) -> list[str]:
+    return sorted(info["name"].rsplit("/", 1)[-1] for info in store.fs.ls(store.root, detail=True))
+
+
+def store_url(kind: str, tmp_path: Path) -> str:
+    """A fresh store: a local folder, or (standing for a shared one) fsspec's memory."""
+    return f"memory://race-{new_token()[:8]}" if kind == "memory://" else str(tmp_path / "store")
+
+
+DAMAGED_SECRETS = {"empty": b"", "garbage": b"\xff\xfe not a secret \x00\n", "short": b"A" * 42}
+
+
+@pytest.mark.parametrize("damage", DAMAGED_SECRETS)
+@pytest.mark.parametrize("kind", ["memory://", "folder"])
+def test_servers_starting_together_on_a_damaged_secret_agree_on_its_replacement(kind, damage, tmp_path,
+                                                                                monkeypatch, caplog):
+    monkeypatch.setattr(store_module, "SECRET_WAIT_S", 0.3)  # past this, a secret nobody is writing is damaged
+    url = store_url(kind, tmp_path)
+    first = StateStore(url, 10**9)
+    first.fs.pipe_file(first._path("browser-secret"), DAMAGED_SECRETS[damage])
+    stores = [StateStore(url, 10**9) for _ in range(8)]
+    start = threading.Barrier(len(stores))
+
+    def secret(store: StateStore) -> str:
+        start.wait()
+        return store.secret()
+
+    with caplog.at_level(logging.WARNING, logger="playground"), ThreadPoolExecutor(len(stores)) as pool:
+        made = set(pool.map(secret, stores))
+    assert len(made) == 1 and valid_token(next(iter(made)))
+    assert caplog.text.count("browser-secret is damaged") == len(stores)  # one warning per server
+    assert first.fs.cat_file(first._path("browser-secret.1")).decode() in made  # the replacement, kept
+    assert listed(first) == ["browser-secret", "browser-secret.1"]  # the damaged one stays for the operator
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="playground"):
+        assert StateStore(url, 10**9).secret() in made  # a later start reads it, quietly
+    assert "damaged" not in caplog.text and all(store.working for store in stores)
+
+
+def test_a_first_start_on_a_full_disk_leaves_no_empty_secret_and_serves_from_memory(monkeypatch, caplog):
+    url = f"fulldisk://full-{new_token()[:8]}"
+    monkeypatch.setattr(FullDisk, "full", True)
+    store = StateStore(url, 10**9)
+    assert valid_token(store.secret())  # this process's own: the page can still keep a token
+    assert not store.working and "browser-secret cannot be written" in caplog.text and "memory only" in caplog.text
+    assert listed(store) == []  # no 0-byte secret for every later start to trip on
+    monkeypatch.setattr(FullDisk, "full", False)  # room again: the next start makes the secret and keeps it
+    again = StateStore(url, 10**9)
+    assert again.secret() == again.secret() and again.working and listed(again) == ["browser-secret"]
+
+
+def test_a_failed_write_leaves_no_partial_file(monkeypatch, caplog):
+    store = StateStore(f"fulldisk://parts-{new_token()[:8]}", 10**9)
+    store.secret()
+    monkeypatch.setattr(FullDisk, "full", True)  # the disk fills up while the server runs
+    store.writer.submit(new_token(), encoded(1))
+    assert store.writer.flush()
+    assert not store.working and "No space left" in caplog.text
+    assert listed(store) == ["browser-secret"]  # the archive's partial file went with the failure
+
+
+def test_stale_partial_files_are_swept_when_a_server_opens_the_store(tmp_path):
+    root = tmp_path / "store"
+    root.mkdir()
+    stale, fresh = root / f"{'a' * 64}.1234abcd.part", root / f"{'b' * 64}.5678ef01.part"
+    for part in (stale, fresh):
+        part.write_bytes(b"x" * 1000)
+    hours_ago = time.time() - 2 * store_module.STALE_PART_S
+    os.utime(stale, (hours_ago, hours_ago))
+    StateStore(str(root), 10**9)
+    assert not stale.exists() and fresh.exists()  # another server may be writing the fresh one now
+
+
+def test_a_damaged_entry_is_put_aside_counted_in_the_budget_and_goes_first(tmp_path):
+    probe = StateStore(str(tmp_path / "probe"), budget_bytes=10**9)
+    probe.writer.submit(new_token(), encoded(0))
+    probe.writer.flush()
+    size = probe.used_bytes()
+    store = StateStore(str(tmp_path / "store"), budget_bytes=int(2.5 * size))  # room for two
+    damaged, kept, newest = (new_token() for _ in range(3))
+    for seed, token in enumerate((damaged, kept)):
+        store.writer.submit(token, encoded(seed))
+        assert store.writer.flush()
+    store.put_aside(damaged)
+    name = hashlib.sha256(damaged.encode()).hexdigest()
+    assert (tmp_path / "store" / f"{name}.damaged").exists() and store.fetch(damaged, tmp_path) is None
+    assert store.used_bytes() == 2 * size and not store.evicted(damaged)  # it still counts: no disk filled by it
+    store.put_aside(damaged)  # a second server finding it gone: nothing happens
+    time.sleep(0.02)
+    store.writer.submit(newest, encoded(2))
+    assert store.writer.flush()
+    assert not (tmp_path / "store" / f"{name}.damaged").exists()  # the damaged entry went first, not a model
+    assert all(store.fetch(t, tmp_path) is not None for t in (kept, newest)) and not store.evicted(damaged)
