@@ -8,6 +8,7 @@ and an idle model makes room through the store."""
 import contextlib
 import io
 import json
+import logging
 import threading
 import time
 import zipfile
@@ -20,7 +21,7 @@ from test_hostile import GENERATE, TINY, Hostile, Server, form, tiny_model_bytes
 
 from playground.settings import Settings
 from playground.store import new_token
-from playground.tabs.train.restore import UNREADABLE
+from playground.tabs.train.restore import DAMAGED, UNREADABLE
 
 pytestmark = pytest.mark.integration
 EVAL_EVERY = 25
@@ -180,3 +181,47 @@ def test_a_kept_movie_that_fails_its_checks_is_dropped_and_the_model_comes_back(
         assert any(isinstance(v, str) and f"at step {TINY['steps']}" in v for v in answer), answer
         assert demo.registry.peek("after").trained.movie is None
         assert "no attention movie yet" in app.error("attention_movie", [], "after")
+
+
+DAMAGES = {"flipped bytes": lambda data: data[:len(data) // 2] + bytes(b ^ 0xFF for b in data[len(data) // 2:][:64])
+           + data[len(data) // 2 + 64:],
+           "truncated archive": lambda data: data[: 2 * len(data) // 3]}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_entry_is_said_in_the_learners_words_put_aside_and_the_page_loads(damage, tmp_path, caplog):
+    store = tmp_path / "store"
+    with serve(Settings.from_env({}, state_dir=str(store))) as (demo, url), \
+            caplog.at_level(logging.WARNING, logger="playground"):
+        app = Hostile(url)
+        token = app.ok("come_back", [None], "before")[0]
+        app.ok("train", form(), "before")
+        assert demo.store.writer.flush()
+        [archive] = archives(store)
+        archive.write_bytes(DAMAGES[damage](archive.read_bytes()))  # damaged on the disk
+        answer = app.ok("come_back", [token], "after")  # the page-load event succeeds
+        assert DAMAGED in answer and not any(word in str(answer) for word in ("restored.zip", "safetensors")), answer
+        assert demo.registry.peek("after").trained is None
+        assert archives(store) == [] and [p.name for p in store.glob("*.damaged")] == [archive.stem + ".damaged"]
+        assert "could not be read and is put aside" in caplog.text  # the details, for the operator
+        assert httpx.get(url, timeout=30).status_code == 200
+        assert DAMAGED not in str(app.ok("come_back", [token], "later"))  # said once: then a fresh start
+        app.ok("train", form(), "later")  # and the same browser's next model is kept again
+        assert demo.store.writer.flush() and len(archives(store)) == 1
+
+
+@pytest.mark.parametrize("damage", [b"", b"\x00garbage\n"])
+def test_a_server_process_starts_and_serves_on_a_store_whose_secret_is_damaged(damage, tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "browser-secret").write_bytes(damage)  # empty, as a full disk at the first start left it; or garbage
+    log = tmp_path / "server.log"
+    server = Server(store, log=log)
+    try:
+        assert "Attention Playground" in httpx.get(server.url, timeout=30).text
+        token = server.app.ok("come_back", [None], "tab")[0]
+        assert isinstance(token, str) and len(token) == 43
+        assert (store / "browser-secret.1").read_text() in httpx.get(f"{server.url}config", timeout=30).text
+        assert log.read_text().count("browser-secret is damaged") == 1
+    finally:
+        server.kill()

@@ -9,6 +9,9 @@ same caps and checks) and the form, the chart and the other tabs follow; Train t
 
 A token is untrusted input: one not in the form the server makes gets a fresh one (and a note), one
 the store does not know starts afresh (a note when its model was evicted to keep the store's budget).
+A kept model that cannot be read (damaged on the disk, or no longer within this server's caps) starts
+afresh too, said in the learner's words; the details go to the log and the entry is put aside for the
+operator (`StateStore.put_aside`).
 
 `RestoreHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `ctx`, `registry` and `_adopt`.
 Never imports the layout or the link.
@@ -43,6 +46,7 @@ KEPT_FIELDS = tuple(name for name in FORM_FIELDS if name != "upload")  # a file'
 UNREADABLE = "This browser's saved session could not be read (it was not made by this server): starting afresh."
 EVICTED = ("Your model from an earlier visit is gone: the server keeps the most recently trained models within "
            "its storage budget, and yours had waited longest. Press **Train** to start again.")
+DAMAGED = "Your saved model was damaged and could not be read: starting afresh. Press **Train** to begin again."
 MEMORY_ONLY = ("⚠️ This server cannot save models right now (its storage is full or not writable): yours lives "
                "in memory only, and a restart of the server loses it. Download a checkpoint to keep it.")
 
@@ -82,8 +86,8 @@ class RestoreHandlers(CheckpointHandlers):
             if archive is None:
                 return False
             with self.registry.job(session.key, "bringing your model back"):
-                self._adopt_kept(session, archive)
-        return True  # the page still shows its form and chart: only the model was away
+                # the page still shows its form and chart: only the model was away
+                return self._adopt_readable(session, archive) is not None
 
     def come_back(self, kept, request: gr.Request) -> dict[str, Any]:
         """At page load: the browser's token (a fresh one if it has none or an unreadable one) and, when
@@ -105,11 +109,26 @@ class RestoreHandlers(CheckpointHandlers):
             archive = store.fetch(token, Path(folder))
             if archive is None:
                 return {"status": EVICTED if store.evicted(token) else gr.skip()}
-            meta = self._adopt_kept(session, archive)
+            meta = self._adopt_readable(session, archive)
+            if meta is None:
+                return {"status": DAMAGED}
         form = self._checked_form(meta.get("form"))
         status = (f"Welcome back: your model is here as you left it, at step {session.trained.step}, and Generate "
                   "and Attention read it.")
         return {"status": status, **self._shown_after_load(session, meta), **_movie_shown(session), **form}
+
+    def _adopt_readable(self, session: Session, archive: Path) -> dict | None:
+        """`_adopt_kept`, or None when the archive cannot be read: then it is put aside and the details logged
+        (the learner is told in their words). A full server is said as it is: the model stays in the store."""
+        try:
+            return self._adopt_kept(session, archive)
+        except Exception as error:
+            if isinstance(error, gr.Error) and not isinstance(error.__cause__, ValueError):  # not the archive's
+                raise  # fault (`validate.user_errors` says what is): the server is full, and says so
+            log.warning("state store: a kept model could not be read and is put aside (%s: %s)",
+                        type(error.__cause__ or error).__name__, error, exc_info=not isinstance(error, gr.Error))
+            self.ctx.store.put_aside(session.token)
+            return None
 
     def _adopt_kept(self, session: Session, archive: Path) -> dict:
         """The store's archive as the session's model, with its form and compared runs; its meta."""
