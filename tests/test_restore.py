@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import serve
-from test_hostile import GENERATE, TINY, Hostile, Server, form, tiny_model_bytes
+from test_hostile import GENERATE, TINY, Hostile, Server, form, tiny_model_bytes, wait_until
 
 from playground.settings import Settings
 from playground.store import new_token
@@ -225,3 +225,28 @@ def test_a_server_process_starts_and_serves_on_a_store_whose_secret_is_damaged(d
         assert log.read_text().count("browser-secret is damaged") == 1
     finally:
         server.kill()
+
+
+@pytest.mark.parametrize("state", ["off", "unwritable"])
+def test_with_no_store_a_reload_of_the_tab_finds_its_model_again_in_memory(state, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # a store that cannot even be made: memory only, and the page says so
+    settings = Settings.from_env({}, state_dir="off" if state == "off" else str(blocker / "store"))
+    with serve(settings) as (demo, url):
+        assert demo.store is None
+        app = Hostile(url)
+        first = app.ok("come_back", [None], "tab")
+        token = first[0]
+        assert isinstance(token, str) and len(token) == 43  # a token all the same: the reload is known by it
+        said = "A reload of this tab finds it again within 10 minutes" in str(first)
+        assert said == (state == "unwritable")  # (the operator's choice is not a problem to report)
+        app.ok("train", form(), "tab")
+        assert app.close_page("tab") == 200  # the reload closes the tab ...
+        wait_until(lambda: demo.registry.peek("tab") is not None and demo.registry.peek("tab").closed)
+        answer = app.ok("come_back", [token], "reloaded")  # ... and its new page has the model back
+        assert f"Welcome back: your model is here as you left it, at step {TINY['steps']}" in str(answer), answer
+        assert "tab" not in demo.registry and demo.registry.peek("reloaded").trained.step == TINY["steps"]
+        text = app.ok("generate", GENERATE, "reloaded")[1]
+        assert text.startswith("\n" + GENERATE[0])
+        assert "Welcome back" not in str(app.ok("come_back", [token], "second-tab"))  # handed over once
+        assert "Welcome back" not in str(app.ok("come_back", [new_token()], "stranger"))

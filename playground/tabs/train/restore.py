@@ -13,6 +13,10 @@ A kept model that cannot be read (damaged on the disk, or no longer within this 
 afresh too, said in the learner's words; the details go to the log and the entry is put aside for the
 operator (`StateStore.put_aside`).
 
+Memory only (no store, or one that cannot be written): tokens are made all the same, and a closed tab's
+model stays in memory a while (`SessionRegistry.keep_closed`), so a reload of the same browser gets it
+back as from the store (`SessionRegistry.reopen`); a restart of the server loses it.
+
 `RestoreHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `ctx`, `registry` and `_adopt`.
 Never imports the layout or the link.
 """
@@ -47,8 +51,10 @@ UNREADABLE = "This browser's saved session could not be read (it was not made by
 EVICTED = ("Your model from an earlier visit is gone: the server keeps the most recently trained models within "
            "its storage budget, and yours had waited longest. Press **Train** to start again.")
 DAMAGED = "Your saved model was damaged and could not be read: starting afresh. Press **Train** to begin again."
+WELCOME = "Welcome back: your model is here as you left it, at step {step}, and Generate and Attention read it."
 MEMORY_ONLY = ("⚠️ This server cannot save models right now (its storage is full or not writable): yours lives "
-               "in memory only, and a restart of the server loses it. Download a checkpoint to keep it.")
+               "in memory only. A reload of this tab finds it again within {minutes:.0f} minutes of closing it (while "
+               "the server has room), but a restart of the server loses it. Download a checkpoint to keep it.")
 
 
 def kept_form(form: TrainForm, recipe: Recipe) -> dict[str, Any]:
@@ -65,10 +71,16 @@ class RestoreHandlers(CheckpointHandlers):
     def keeper(self, session: Session, form: TrainForm, recipe: Recipe) -> Callable[[], None]:
         """What a run calls at each evaluation and at its end: the session's state, to the store."""
         store, token = self.ctx.store, session.token
-        if store is None or token is None:  # memory only, or a client without a browser (the API)
+        if token is None:  # a client without a browser (the API)
             return lambda: None
-        session.kept_form = kept_form(form, recipe)
+        session.kept_form = kept_form(form, recipe)  # a reload puts it back, from the store or from memory
+        if store is None:
+            return lambda: None
         return lambda: store.writer.submit(token, _kept(session))
+
+    def unstored(self, session: Session) -> bool:
+        """Whether no store keeps the session's model now (its `keep_closed`: it then stays for a reload)."""
+        return self.ctx.store is None or not self.ctx.store.working
 
     def set_aside(self, session: Session) -> bool:
         """Keep an idle session's model in the store so the registry may drop it from memory (its
@@ -93,17 +105,16 @@ class RestoreHandlers(CheckpointHandlers):
         """At page load: the browser's token (a fresh one if it has none or an unreadable one) and, when
         the store holds this token's model and the session has none, the model, form and chart back."""
         store = self.ctx.store
-        if store is None or not store.working:
-            off = self.settings.state_dir == "off"  # the operator's choice is not a problem to report
-            return {"status": gr.skip() if off else MEMORY_ONLY}
         session = self.registry.get(request)
         token = valid_token(kept)
         if token is None:
             session.token = new_token()
-            return {"token": session.token, "status": UNREADABLE if kept not in (None, "") else gr.skip()}
+            return {"token": session.token, "status": UNREADABLE if kept not in (None, "") else self._memory_note()}
         session.token = token
         if session.trained is not None:  # this session already has a model: nothing to bring back
             return {"status": gr.skip()}
+        if self.unstored(session):
+            return self._reopened(session)
         with self.registry.job(request, "restoring your model") as session, \
                 tempfile.TemporaryDirectory(prefix="restore-") as folder:
             archive = store.fetch(token, Path(folder))
@@ -113,9 +124,28 @@ class RestoreHandlers(CheckpointHandlers):
             if meta is None:
                 return {"status": DAMAGED}
         form = self._checked_form(meta.get("form"))
-        status = (f"Welcome back: your model is here as you left it, at step {session.trained.step}, and Generate "
-                  "and Attention read it.")
+        status = WELCOME.format(step=session.trained.step)
         return {"status": status, **self._shown_after_load(session, meta), **_movie_shown(session), **form}
+
+    def _memory_note(self) -> str | Any:
+        """What a page says of where its model is kept: that it is in memory only, unless the store works or the
+        operator turned it off (their choice is not a problem to report)."""
+        store = self.ctx.store
+        if (store is not None and store.working) or self.settings.state_dir == "off":
+            return gr.skip()
+        return MEMORY_ONLY.format(minutes=self.settings.api_ttl_s / 60)
+
+    def _reopened(self, session: Session) -> dict[str, Any]:
+        """Memory only: the model a closed tab of this browser left, back with its form, chart and movie as from
+        the store; else the note on where models live."""
+        closed = self.registry.reopen(session)
+        if closed is None:
+            return {"status": self._memory_note()}
+        session.trained, session.runs, session.kept_form = closed.trained, closed.runs, closed.kept_form
+        note = self._memory_note()
+        status = WELCOME.format(step=session.trained.step) + (f"\n\n{note}" if isinstance(note, str) else "")
+        return {"status": status, **self._shown_after_load(session, {"history": session.trained.history}),
+                **_movie_shown(session), **self._checked_form(session.kept_form)}
 
     def _adopt_readable(self, session: Session, archive: Path) -> dict | None:
         """`_adopt_kept`, or None when the archive cannot be read: then it is put aside and the details logged
