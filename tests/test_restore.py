@@ -6,6 +6,7 @@ store, gives the continued model back. Tokens a browser did not get from the ser
 and an idle model makes room through the store."""
 
 import contextlib
+import hashlib
 import io
 import json
 import logging
@@ -250,3 +251,22 @@ def test_with_no_store_a_reload_of_the_tab_finds_its_model_again_in_memory(state
         assert text.startswith("\n" + GENERATE[0])
         assert "Welcome back" not in str(app.ok("come_back", [token], "second-tab"))  # handed over once
         assert "Welcome back" not in str(app.ok("come_back", [new_token()], "stranger"))
+
+
+def test_a_set_aside_model_damaged_in_the_store_is_said_once_and_put_aside(tmp_path):
+    room = 1.5 * tiny_model_bytes()  # memory for one TINY model: a second learner needs the first's room
+    store = tmp_path / "store"
+    settings = Settings.from_env({}, model_memory_bytes=int(room), set_aside_idle_s=0.2, state_dir=str(store))
+    with serve(settings) as (demo, url):
+        app = Hostile(url)
+        token = [app.ok("come_back", [None], learner)[0] for learner in ("first", "second")][0]
+        app.ok("train", form(), "first")
+        time.sleep(0.3)
+        app.ok("train", form(), "second")  # the first's idle model went to the store
+        assert "first" not in demo.registry
+        archive = store / (hashlib.sha256(token.encode()).hexdigest() + ".zip")
+        archive.write_bytes(DAMAGES["truncated archive"](archive.read_bytes()))
+        message = app.error("generate", GENERATE, "first")  # its next click: it cannot come back, said plainly
+        assert "could not be brought back from the server's storage" in message and "safetensors" not in message
+        assert [p.name for p in store.glob("*.damaged")] == [archive.stem + ".damaged"]
+        assert "There is no model yet" in str(app.ok("generate", GENERATE, "first"))  # then a fresh start
