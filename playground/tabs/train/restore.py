@@ -103,7 +103,8 @@ class RestoreHandlers(CheckpointHandlers):
 
     def come_back(self, kept, request: gr.Request) -> dict[str, Any]:
         """At page load: the browser's token (a fresh one if it has none or an unreadable one) and, when
-        the store holds this token's model and the session has none, the model, form and chart back."""
+        the store holds this token's model (memory only: a closed tab of this browser left it) and the session
+        has none, the model, form and chart back."""
         store = self.ctx.store
         session = self.registry.get(request)
         token = valid_token(kept)
@@ -127,7 +128,7 @@ class RestoreHandlers(CheckpointHandlers):
         status = WELCOME.format(step=session.trained.step)
         return {"status": status, **self._shown_after_load(session, meta), **_movie_shown(session), **form}
 
-    def _memory_note(self) -> str | Any:
+    def _memory_note(self) -> str | dict:
         """What a page says of where its model is kept: that it is in memory only, unless the store works or the
         operator turned it off (their choice is not a problem to report)."""
         store = self.ctx.store
