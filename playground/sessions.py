@@ -27,6 +27,9 @@ Policy (a flood of cheap calls must not push out anybody's model):
 - A session whose page is open in a browser (`mark_browser`, from the page's load event) keeps its
   model for `ttl_s` idle and is freed when the tab closes (`free`, wired to `demo.unload`); one
   used over the API alone has no heartbeat, so it is freed after `api_ttl_s` idle.
+- When nothing else can keep a closed tab's model (no working store: `keep_closed`, given by the tab that
+  knows), the session stays *closed* instead, for `api_ttl_s` idle, so a reload of the same browser takes
+  the model back (`reopen`, by its browser's token); it is the first to go when a claim needs room.
 - `job` is a non-blocking per-session lock: a second heavy call while one runs gets a gr.Error
   naming the running job, instead of queueing or racing on the same model.
 - Freed sessions' memory is handed back (`release_memory`): garbage collected, and glibc's heap
@@ -163,6 +166,7 @@ class Session:
     holds_model: bool = False  # holds part of the registry's memory budget for models (registry)
     held_bytes: int = 0  # ... this much (registry)
     browser: bool = False  # its page is open in a browser, so a heartbeat will tell us when it closes (registry)
+    closed: bool = False  # its page closed, but it stays for a reload of it: nothing else keeps its model (registry)
     job_name: str | None = None  # the heavy job running now, if any (registry)
     stop_requested: bool = False  # Stop pressed; checked between training steps (Train)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -259,6 +263,7 @@ class SessionRegistry:
         self._on_free: list[Callable[[Session], None]] = []
         self._offload: Callable[[Session], bool] | None = None
         self._return: Callable[[Session], bool] | None = None
+        self._keep_closed: Callable[[Session], bool] | None = None
 
     def on_free(self, callback: Callable[[Session], None]) -> None:
         """Call `callback(session)` whenever a session is freed, swept or evicted (e.g. to delete
@@ -270,6 +275,11 @@ class SessionRegistry:
         store) and says whether it did; `bring_back(session)` (a new session with the old one's token)
         puts it back and says whether it could. Both run outside the registry's lock."""
         self._offload, self._return = offload, bring_back
+
+    def keep_closed(self, keep: Callable[[Session], bool]) -> None:
+        """When a tab closes, `keep(session)` says whether its model has nowhere else to go (no store keeps it):
+        then the session stays, closed, for a reload of the same browser to `reopen`. Runs outside the lock."""
+        self._keep_closed = keep
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -310,7 +320,7 @@ class SessionRegistry:
                     freed += self._make_light_room_locked()
                     session = self._sessions[key] = Session(key=key, last_used=now, token=token)
                 self._sessions.move_to_end(key)
-                session.last_used = now
+                session.last_used, session.closed = now, False  # a closed page's own call: in use again
         finally:
             self._notify(freed)
         if token is not None:  # its model was set aside: back from the store now
@@ -357,7 +367,9 @@ class SessionRegistry:
                 others = [s for s in self._sessions.values() if s.holds_model and s is not session and not s.busy]
                 aside = next((s for s in others if s.token and s.key not in unkept and self._offload is not None
                               and now - s.last_used >= self.set_aside_idle_s), None)
-                idle = next((s for s in others if now - s.last_used >= self.evict_idle_s), None)
+                # a closed tab's model goes first: it was kept only while nobody needed the room
+                idle = next((s for s in others if s.closed), None) or \
+                    next((s for s in others if now - s.last_used >= self.evict_idle_s), None)
                 if aside is None and idle is None:
                     held = self._held_locked(exclude=session)
                     raise gr.Error(
@@ -426,13 +438,38 @@ class SessionRegistry:
             session._lock.release()
 
     def free(self, request: gr.Request | str) -> None:
-        """Drop a session now (its tab closed); a running training stops at its next step."""
-        key = session_key(request)
+        """Drop a session now (its tab closed), or keep it closed for a reload (`keep_closed`); a running
+        training stops at its next step."""
+        session = self.peek(request)
+        if session is None:
+            return
+        session.stop_work()
+        keep = (self._keep_closed is not None and session.holds_model and session.token is not None
+                and self._keep_closed(session))
         with self._lock:
-            session = self._sessions.pop(key, None)
-        if session is not None:
-            session.stop_work()
-            self._notify([session])
+            if self._sessions.get(session.key) is not session:
+                return
+            if keep:
+                session.closed, session.browser, session.last_used = True, False, self._clock()
+                return
+            del self._sessions[session.key]
+        self._notify([session])
+
+    def reopen(self, session: Session) -> Session | None:
+        """The closed session that a tab of the same browser (`session.token`) left (`keep_closed`), taken out
+        of the registry with its files (`on_free`); its claim on the memory for models is now `session`'s, and
+        the caller moves its model over. None if there is none (or `session` holds a model already)."""
+        token = session.token
+        with self._lock:
+            closed = next((s for s in self._sessions.values() if s.closed and s.token and not s.busy
+                           and secrets.compare_digest(s.token, token or "")), None)
+            if closed is None or session.holds_model:
+                return None
+            del self._sessions[closed.key]
+            session.holds_model, session.held_bytes = True, closed.held_bytes
+            closed.holds_model = False  # its memory is `session`'s now: nothing to hand back to the system
+        self._notify([closed])
+        return closed
 
     def sweep(self) -> int:
         """Free sessions idle for longer than their time-to-live; returns how many were freed."""
@@ -472,5 +509,5 @@ class SessionRegistry:
         """Drop a session; the owner of a model is told `why` on their next call (once)."""
         del self._sessions[session.key]
         session.stop_work()
-        if session.holds_model:
+        if session.holds_model and not session.closed:  # nobody comes back with a closed tab's key
             self._remember_locked(session.key, why, None)

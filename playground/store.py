@@ -2,8 +2,8 @@
 that slept), in a local folder or any `fsspec` URL several servers share.
 
     store = open_store(url, budget_bytes)        # None when off ("off") or unusable (logged)
-    token = store.new_token()                    # server-made and signed; the browser keeps it (BrowserState)
-    token = store.verified(value)                # what a browser sent back: the token, or None
+    token = store.tokens.new()                   # server-made and signed; the browser keeps it (BrowserState)
+    token = store.tokens.verified(value)         # what a browser sent back: the token, or None
     store.writer.submit(token, encoded)          # a core.checkpoint.Encoded: written in the background
     path = store.fetch(token, into=folder)       # the latest archive, or None
     code = store.carry_code(token)               # a short code another browser pastes to take the model
@@ -12,8 +12,8 @@ that slept), in a local folder or any `fsspec` URL several servers share.
 
 What a browser sends back is untrusted. BrowserState's secret cannot vouch for it: that secret is sent
 to every browser, so anyone can write a value this app would decrypt. A token is therefore a random id
-and an HMAC of it under a key that never leaves the server (the store's `token-key`, shared by the
-servers on one store), compared in constant time: a value someone planted in a browser's storage (a
+and an HMAC of it under a key that never leaves the server (`Tokens`; the store's `token-key`, shared by
+the servers on one store), compared in constant time: a value someone planted in a browser's storage (a
 shared workshop PC) is refused unless the server made it. The entry is named by a hash of the token, so
 no byte of a request becomes part of a path and a token opens only its own entry; a name reveals
 nothing of the token that writes or reads it.
@@ -30,6 +30,13 @@ Bounded: after each write the least recently written entries go until the store 
 gone. Writes never block training: the writer keeps the latest archive per token and writes one at
 a time in its own thread. A store that cannot be written (a full disk, no permission) is switched
 off with one logged warning: the app goes on with models in memory only, and says so on the page.
+A write that fails leaves no partial file behind, and partial files older than `STALE_PART_S` (a crash's)
+are swept when a server opens the store.
+
+Damage never stops a server: a secret file that is empty or not one this app makes (a disk that filled up
+as it was written, a person's edit) is replaced by a new one, made as the first was (`_shared_secret`),
+with one warning; an entry that cannot be read is put aside (`put_aside`: renamed `<entry>.damaged` for
+the operator, counted in the budget and the first to go).
 
 Tested backends: a local folder and fsspec's in-memory filesystem (`memory://`, as a stand-in for a
 shared one: two apps in one process share it). Any fsspec URL with atomic moves should work.
@@ -39,6 +46,7 @@ Never imports a tab or gradio.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -47,6 +55,7 @@ import secrets
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import fsspec
@@ -58,10 +67,11 @@ SECRET = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32): the form
 TOKEN_ID_BYTES = MAC_BYTES = 16  # a token: a random id and its HMAC, 128 bits each, URL-safe base64 ...
 MAC_CHARS = 22  # ... of 22 characters each
 TOKEN = re.compile(r"[A-Za-z0-9_-]{44}")
-ARCHIVE, TOMBSTONE = ".zip", ".evicted"
+ARCHIVE, TOMBSTONE, DAMAGED, PART = ".zip", ".evicted", ".damaged", ".part"
 SECRET_FILE = "browser-secret"  # BrowserState's key: the same on every server sharing the store
-KEY_FILE = "token-key"  # signs tokens; never leaves the servers
-SECRET_READS = 50  # tries, 0.1 s apart, to read a secret another server is writing
+KEY_FILE = "token-key"  # signs tokens and codes; never leaves the servers
+SECRET_WAIT_S = 5.0  # how long a secret another server is writing may take to be whole; past it, it is damaged
+STALE_PART_S = 3600.0  # a partial file this old is no write in progress (a model at the cap takes seconds)
 CODE_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford's base32
 CODE_ID_CHARS, CODE_MAC_CHARS = 12, 4  # 60 random bits, 20 of MAC: 16 characters, read in groups of 4
 CODE_FILE = ".code"
@@ -70,14 +80,35 @@ MAX_CODES = 10_000
 MISREAD = str.maketrans({"O": "0", "I": "1", "L": "1"})  # what a person may type for 0 and 1
 
 
+class Tokens:
+    """Session tokens signed with one key: a random id and its HMAC, both URL-safe (44 characters)."""
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+
+    @classmethod
+    def of_this_process(cls) -> "Tokens":
+        """Tokens with a key of this process alone (no store to share one): a restart forgets them."""
+        return cls(secrets.token_bytes(32))
+
+    def new(self) -> str:
+        """A fresh, unguessable token that holders of this key can verify."""
+        token_id = _b64(secrets.token_bytes(TOKEN_ID_BYTES))
+        return token_id + self._mac(token_id)
+
+    def verified(self, value: object) -> str | None:
+        """`value` if it is a token made with this key, else None (anything a browser sent)."""
+        if not isinstance(value, str) or not TOKEN.fullmatch(value):
+            return None
+        token_id, mac = value[:-MAC_CHARS], value[-MAC_CHARS:]
+        return value if hmac.compare_digest(self._mac(token_id), mac) else None
+
+    def _mac(self, token_id: str) -> str:
+        return _b64(hmac.new(self.key, f"token:{token_id}".encode("ascii"), hashlib.sha256).digest()[:MAC_BYTES])
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
-
-
-def sign(key: bytes, purpose: str, text: str) -> str:
-    """The HMAC-SHA256 of `text` for one `purpose` under `key`, URL-safe (22 characters): a token's MAC
-    and a continue-elsewhere code's are never interchangeable."""
-    return _b64(hmac.new(key, f"{purpose}:{text}".encode("ascii"), hashlib.sha256).digest()[:MAC_BYTES])
 
 
 def _entry(token: str) -> str:
@@ -107,8 +138,9 @@ class StateStore:
         self.budget_bytes = budget_bytes
         self.problem: str | None = None  # why the store is off, once a write failed
         self.fs.makedirs(self.root, exist_ok=True)
-        self.key = self._shared_secret(KEY_FILE).encode("ascii")
+        self.tokens = Tokens(self._shared_secret(KEY_FILE).encode("ascii"))
         self._lock = threading.Lock()  # one eviction at a time
+        self._sweep_parts()
         self.writer = Writer(self)
 
     def _path(self, name: str) -> str:
@@ -117,18 +149,6 @@ class StateStore:
     @property
     def working(self) -> bool:
         return self.problem is None
-
-    def new_token(self) -> str:
-        """A fresh, unguessable session token that this store's servers can verify."""
-        token_id = _b64(secrets.token_bytes(TOKEN_ID_BYTES))
-        return token_id + sign(self.key, "token", token_id)
-
-    def verified(self, value: object) -> str | None:
-        """`value` if it is a token this store's servers made, else None (anything a browser sent)."""
-        if not isinstance(value, str) or not TOKEN.fullmatch(value):
-            return None
-        token_id, mac = value[:-MAC_CHARS], value[-MAC_CHARS:]
-        return value if hmac.compare_digest(sign(self.key, "token", token_id), mac) else None
 
     def carry_code(self, token: str) -> str:
         """A fresh continue-elsewhere code for `token` (a verified one), e.g. "7K2M-Q9XD-4HTW-P0CN"."""
@@ -149,7 +169,7 @@ class StateStore:
             token = self.fs.cat_file(self._code_path(code_id))[:64].decode("ascii", "replace")
         except FileNotFoundError:
             return None
-        return self.verified(token) if time.time() - _written(info) < CODE_TTL_S else None
+        return self.tokens.verified(token) if time.time() - _written(info) < CODE_TTL_S else None
 
     def use_up(self, code: str) -> None:
         """A redeemed code works once: whoever sees it later takes nothing."""
@@ -172,7 +192,7 @@ class StateStore:
         return self._path(hashlib.sha256(f"code:{code_id}".encode("ascii")).hexdigest() + CODE_FILE)
 
     def _code_mac(self, code_id: str) -> str:
-        digest = hmac.new(self.key, f"carry:{code_id}".encode("ascii"), hashlib.sha256).digest()
+        digest = hmac.new(self.tokens.key, f"carry:{code_id}".encode("ascii"), hashlib.sha256).digest()
         bits = int.from_bytes(digest[:4], "big") >> (32 - 5 * CODE_MAC_CHARS)
         return "".join(CODE_ALPHABET[(bits >> 5 * at) & 31] for at in reversed(range(CODE_MAC_CHARS)))
 
@@ -187,43 +207,105 @@ class StateStore:
                     self.fs.rm(info["name"])
 
     def secret(self) -> str:
-        """The BrowserState secret, made once and kept in the store (so a restart can read old tokens)."""
+        """The BrowserState secret, kept in the store so a restart can read old tokens (`_shared_secret`)."""
         return self._shared_secret(SECRET_FILE)
 
     def _shared_secret(self, name: str) -> str:
-        """The secret kept in the file `name`, made by the first server that needs it. Servers sharing the
-        store that start together agree: the file is created exclusively, so the first one's secret stands
-        and the others read it (on a backend without exclusive creation, start one server alone the first
-        time)."""
-        path = self._path(name)
-        made = secrets.token_urlsafe(32).encode("ascii")
+        """A secret kept in the store as `name`: made once, the same for every server sharing the store.
+        Servers that start together agree: each version of the file is created exclusively, so the first
+        one's secret stands and the others read it (on a backend without exclusive creation, start one server
+        alone the first time). A damaged version (empty, or not in the form `secrets.token_urlsafe(32)` makes) is replaced by
+        the next, `name.1`, `name.2`, ..., made the same way, with one warning: whatever it kept (old tokens)
+        is lost. Never raises: when no version can be written the store is switched off and the secret is
+        this process's own."""
+        version = self._latest_version(name)
+        while True:
+            path = self._path(name if version == 0 else f"{name}.{version}")
+            try:
+                secret = self._read_or_create(path)
+            except OSError as error:  # a full disk, no permission
+                self._switch_off(f"{name} cannot be written ({type(error).__name__}: {error})")
+                return secrets.token_urlsafe(32)
+            if secret is not None:
+                return secret
+            log.warning("state store: %s is damaged (empty, or not a secret this app makes); a new one replaces it, "
+                        "and what the old one kept is lost", path)
+            version += 1
+
+    def _latest_version(self, name: str) -> int:
+        """The newest version of the secret file `name` in the store (0: the file itself, or none yet)."""
+        pattern = re.compile(re.escape(name) + r"(?:\.([0-9]{1,9}))?")
+        found = (pattern.fullmatch(info["name"].rsplit("/", 1)[-1]) for info in self.fs.ls(self.root, detail=True))
+        return max((int(match.group(1) or 0) for match in found if match), default=0)
+
+    def _read_or_create(self, path: str) -> str | None:
+        """The secret at `path`, made here if there is none (exclusively); None if it is damaged."""
+        made = secrets.token_urlsafe(32)
         try:
             with self.fs.open(path, "xb") as file:
-                file.write(made)
+                file.write(made.encode("ascii"))
+            return made
         except FileExistsError:
             pass
         except (NotImplementedError, ValueError):  # no exclusive creation here
             if not self.fs.exists(path):
-                self._put_bytes(path, made)
-        for _ in range(SECRET_READS):  # another server may be writing it at this moment
-            secret = self.fs.cat_file(path).decode("ascii", "replace").strip()
+                self._put_bytes(path, made.encode("ascii"))
+        except OSError:  # made, but not written (a full disk): gone again, so that no later start finds it damaged
+            with contextlib.suppress(OSError):
+                self.fs.rm(path)
+            raise
+        deadline = time.monotonic() + SECRET_WAIT_S
+        while True:  # another server may be writing it at this moment
+            try:
+                secret = self.fs.cat_file(path).decode("ascii", "replace").strip()
+            except FileNotFoundError:  # its maker could not write it: the next version
+                return None
             if SECRET.fullmatch(secret):
                 return secret
+            if time.monotonic() >= deadline:
+                return None
             time.sleep(0.1)
-        raise ValueError(f"the store's {name} is not a secret this app makes")
+
+    def _switch_off(self, problem: str) -> None:
+        """Models in memory only from now on: said once in the log, and on the page (`working`)."""
+        if self.problem is None:
+            log.warning("state store: %s; models are kept in memory only from now on", problem)
+        self.problem = self.problem or problem
 
     def _put_bytes(self, path: str, data: bytes) -> None:
-        """Write then move into place: a reader never sees half a file (a crash leaves a .part at most)."""
-        part = f"{path}.{secrets.token_hex(4)}.part"
-        self.fs.pipe_file(part, data)
-        self.fs.mv(part, path)
+        """Write then move into place: a reader never sees half a file."""
+        with self._partial(path) as part:
+            self.fs.pipe_file(part, data)
+            self.fs.mv(part, path)
+
+    @contextlib.contextmanager
+    def _partial(self, path: str) -> Iterator[str]:
+        """A partial file's name to write `path` through; removed if the write fails (a full disk stays
+        no fuller)."""
+        part = f"{path}.{secrets.token_hex(4)}{PART}"
+        try:
+            yield part
+        except BaseException:
+            with contextlib.suppress(OSError):
+                if self.fs.exists(part):
+                    self.fs.rm(part)
+            raise
+
+    def _sweep_parts(self) -> None:
+        """Remove partial files no write is making any more (a crash's, a full disk's under an older version)."""
+        now = time.time()
+        for info in self.fs.ls(self.root, detail=True):
+            if info["name"].endswith(PART) and now - _written(info) > STALE_PART_S:
+                with contextlib.suppress(OSError):
+                    self.fs.rm(info["name"])
+                    log.info("state store: removed a stale partial file of %d bytes", info["size"])
 
     def put(self, token: str, archive: Path) -> None:
         """Store `archive` as the token's entry (replacing the last), then keep to the budget."""
         name = _entry(token)
-        part = self._path(f"{name}.{secrets.token_hex(4)}.part")
-        self.fs.put_file(str(archive), part)
-        self.fs.mv(part, self._path(name + ARCHIVE))
+        with self._partial(self._path(name + ARCHIVE)) as part:
+            self.fs.put_file(str(archive), part)
+            self.fs.mv(part, self._path(name + ARCHIVE))
         if self.fs.exists(self._path(name + TOMBSTONE)):  # back within the budget: no longer evicted
             self.fs.rm(self._path(name + TOMBSTONE))
         self._keep_to_budget(keep=name + ARCHIVE)
@@ -237,20 +319,29 @@ class StateStore:
         self.fs.get_file(path, str(local))
         return local
 
+    def put_aside(self, token: str) -> None:
+        """The token's entry could not be read: keep it aside for the operator (`<entry>.damaged`, replacing an
+        older one of the same entry), no longer the token's; it counts in the budget and goes first."""
+        name = _entry(token)
+        with contextlib.suppress(FileNotFoundError):  # another server put it aside first
+            self.fs.mv(self._path(name + ARCHIVE), self._path(name + DAMAGED))
+
     def evicted(self, token: str) -> bool:
         """Whether the token's model was removed to keep to the budget."""
         return self.fs.exists(self._path(_entry(token) + TOMBSTONE))
 
     def used_bytes(self) -> int:
-        return sum(info["size"] for info in self._archives())
+        """What counts in the budget: the archives, and the damaged entries put aside."""
+        return sum(info["size"] for info in self._held())
 
-    def _archives(self) -> list[dict]:
-        return [info for info in self.fs.ls(self.root, detail=True) if info["name"].endswith(ARCHIVE)]
+    def _held(self) -> list[dict]:
+        return [info for info in self.fs.ls(self.root, detail=True) if info["name"].endswith((ARCHIVE, DAMAGED))]
 
     def _keep_to_budget(self, keep: str) -> None:
-        """Remove the least recently written archives (never `keep`, just written) past the budget."""
+        """Past the budget, remove the damaged entries, then the least recently written archives (never
+        `keep`, just written); an archive leaves a tombstone."""
         with self._lock:
-            entries = sorted(self._archives(), key=_written)
+            entries = sorted(self._held(), key=lambda info: (info["name"].endswith(ARCHIVE), _written(info)))
             used = sum(info["size"] for info in entries)
             for info in entries:
                 if used <= self.budget_bytes:
@@ -258,9 +349,11 @@ class StateStore:
                 if info["name"].endswith(keep):
                     continue
                 self.fs.rm(info["name"])
-                self.fs.pipe_file(info["name"][: -len(ARCHIVE)] + TOMBSTONE, b"")
+                if info["name"].endswith(ARCHIVE):
+                    self.fs.pipe_file(info["name"][: -len(ARCHIVE)] + TOMBSTONE, b"")
                 used -= info["size"]
-                log.info("state store: evicted an entry of %d bytes to keep to %d", info["size"], self.budget_bytes)
+                log.info("state store: removed %s of %d bytes to keep to %d", info["name"].rsplit("/", 1)[-1],
+                         info["size"], self.budget_bytes)
 
 
 def _written(info: dict) -> float:
@@ -305,9 +398,7 @@ class Writer:
                     # of every learner in the room; storing it, under 1 ms
                     self.store.put(token, encoded.write_archive(Path(folder) / "state.zip", compress=False))
             except Exception as error:  # a full disk, no permission: memory only from now on, said once
-                self.store.problem = f"{type(error).__name__}: {error}"
-                log.warning("state store: writing failed (%s); models are kept in memory only from now on",
-                            self.store.problem)
+                self.store._switch_off(f"writing failed ({type(error).__name__}: {error})")
                 with self._changed:
                     self._waiting.clear()
             finally:

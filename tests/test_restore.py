@@ -6,8 +6,10 @@ store, gives the continued model back. Tokens a browser did not get from the ser
 and an idle model makes room through the store."""
 
 import contextlib
+import hashlib
 import io
 import json
+import logging
 import secrets
 import threading
 import time
@@ -17,10 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import serve
-from test_hostile import GENERATE, TINY, Hostile, Server, form, tiny_model_bytes
+from test_hostile import GENERATE, TINY, Hostile, Server, form, tiny_model_bytes, wait_until
 
 from playground.settings import Settings
-from playground.tabs.train.restore import UNREADABLE
+from playground.tabs.train.restore import DAMAGED, UNREADABLE
 
 pytestmark = pytest.mark.integration
 EVAL_EVERY = 25
@@ -156,7 +158,7 @@ def test_tokens_not_made_here_restore_nothing_and_touch_nothing(running_app):
             values = answer["output"]["data"]
             assert real not in str(values)[:200] and "Welcome back" not in str(values), str(values)[:200]
     assert demo.registry.peek("thief").trained is None
-    unknown = app.ok("come_back", [demo.store.new_token()], "stranger")  # signed, but never saved: a fresh start
+    unknown = app.ok("come_back", [demo.store.tokens.new()], "stranger")  # signed, but never saved: a fresh start
     assert "Welcome back" not in str(unknown)
     assert {p.name: p.stat().st_mtime for p in store.iterdir()} == before
     assert UNREADABLE in str(app.ok("come_back", ["../../../etc/passwd"], "someone"))
@@ -170,7 +172,7 @@ def test_a_token_planted_in_a_browser_is_not_adopted(running_app):
     planted = secrets.token_urlsafe(33)[:44]  # the form of a token, but not signed by this store's key
     answer = app.ok("come_back", [planted], "learner")
     token = answer[0]
-    assert token != planted and demo.store.verified(token) == token and UNREADABLE in str(answer)
+    assert token != planted and demo.store.tokens.verified(token) == token and UNREADABLE in str(answer)
     app.ok("train", form(eval_interval=10), "learner")  # the learner's model is kept under the server's token
     assert demo.store.writer.flush()
     later = app.ok("come_back", [planted], "thief")
@@ -229,3 +231,93 @@ def test_a_code_carries_a_model_to_a_server_at_another_address(store):
     finally:
         first.kill()
         other.kill()
+
+
+DAMAGES = {"flipped bytes": lambda data: data[:len(data) // 2] + bytes(b ^ 0xFF for b in data[len(data) // 2:][:64])
+           + data[len(data) // 2 + 64:],
+           "truncated archive": lambda data: data[: 2 * len(data) // 3]}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_entry_is_said_in_the_learners_words_put_aside_and_the_page_loads(damage, tmp_path, caplog):
+    store = tmp_path / "store"
+    with serve(Settings.from_env({}, state_dir=str(store))) as (demo, url), \
+            caplog.at_level(logging.WARNING, logger="playground"):
+        app = Hostile(url)
+        token = app.ok("come_back", [None], "before")[0]
+        app.ok("train", form(), "before")
+        assert demo.store.writer.flush()
+        [archive] = archives(store)
+        archive.write_bytes(DAMAGES[damage](archive.read_bytes()))  # damaged on the disk
+        answer = app.ok("come_back", [token], "after")  # the page-load event succeeds
+        assert DAMAGED in answer and not any(word in str(answer) for word in ("restored.zip", "safetensors")), answer
+        assert demo.registry.peek("after").trained is None
+        assert archives(store) == [] and [p.name for p in store.glob("*.damaged")] == [archive.stem + ".damaged"]
+        assert "could not be read and is put aside" in caplog.text  # the details, for the operator
+        assert httpx.get(url, timeout=30).status_code == 200
+        assert DAMAGED not in str(app.ok("come_back", [token], "later"))  # said once: then a fresh start
+        app.ok("train", form(), "later")  # and the same browser's next model is kept again
+        assert demo.store.writer.flush() and len(archives(store)) == 1
+
+
+@pytest.mark.parametrize("damage", [b"", b"\x00garbage\n"])
+def test_a_server_process_starts_and_serves_on_a_store_whose_secret_is_damaged(damage, tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "browser-secret").write_bytes(damage)  # empty, as a full disk at the first start left it; or garbage
+    log = tmp_path / "server.log"
+    server = Server(store, log=log)
+    try:
+        assert "Attention Playground" in httpx.get(server.url, timeout=30).text
+        token = server.app.ok("come_back", [None], "tab")[0]
+        assert isinstance(token, str) and len(token) == 44
+        assert (store / "browser-secret.1").read_text() in httpx.get(f"{server.url}config", timeout=30).text
+        assert log.read_text().count("browser-secret is damaged") == 1
+    finally:
+        server.kill()
+
+
+@pytest.mark.parametrize("state", ["off", "unwritable"])
+def test_with_no_store_a_reload_of_the_tab_finds_its_model_again_in_memory(state, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # a store that cannot even be made: memory only, and the page says so
+    settings = Settings.from_env({}, state_dir="off" if state == "off" else str(blocker / "store"))
+    with serve(settings) as (demo, url):
+        assert demo.store is None
+        app = Hostile(url)
+        first = app.ok("come_back", [None], "tab")
+        token = first[0]
+        assert isinstance(token, str) and len(token) == 44  # a token all the same: the reload is known by it
+        said = "A reload of this tab finds it again within 10 minutes" in str(first)
+        assert said == (state == "unwritable")  # (the operator's choice is not a problem to report)
+        app.ok("train", form(), "tab")
+        assert app.close_page("tab") == 200  # the reload closes the tab ...
+        wait_until(lambda: demo.registry.peek("tab") is not None and demo.registry.peek("tab").closed)
+        forged = token[:-1] + ("A" if token[-1] != "A" else "B")  # a value planted in another browser
+        assert "Welcome back" not in str(app.ok("come_back", [forged], "thief"))
+        assert demo.registry.peek("tab").closed and demo.registry.peek("thief").trained is None
+        answer = app.ok("come_back", [token], "reloaded")  # ... and its new page has the model back
+        assert f"Welcome back: your model is here as you left it, at step {TINY['steps']}" in str(answer), answer
+        assert "tab" not in demo.registry and demo.registry.peek("reloaded").trained.step == TINY["steps"]
+        text = app.ok("generate", GENERATE, "reloaded")[1]
+        assert text.startswith("\n" + GENERATE[0])
+        assert "Welcome back" not in str(app.ok("come_back", [token], "second-tab"))  # handed over once
+
+
+def test_a_set_aside_model_damaged_in_the_store_is_said_once_and_put_aside(tmp_path):
+    room = 1.5 * tiny_model_bytes()  # memory for one TINY model: a second learner needs the first's room
+    store = tmp_path / "store"
+    settings = Settings.from_env({}, model_memory_bytes=int(room), set_aside_idle_s=0.2, state_dir=str(store))
+    with serve(settings) as (demo, url):
+        app = Hostile(url)
+        token = [app.ok("come_back", [None], learner)[0] for learner in ("first", "second")][0]
+        app.ok("train", form(), "first")
+        time.sleep(0.3)
+        app.ok("train", form(), "second")  # the first's idle model went to the store
+        assert "first" not in demo.registry
+        archive = store / (hashlib.sha256(token.encode()).hexdigest() + ".zip")
+        archive.write_bytes(DAMAGES["truncated archive"](archive.read_bytes()))
+        message = app.error("generate", GENERATE, "first")  # its next click: it cannot come back, said plainly
+        assert "could not be brought back from the server's storage" in message and "safetensors" not in message
+        assert [p.name for p in store.glob("*.damaged")] == [archive.stem + ".damaged"]
+        assert "There is no model yet" in str(app.ok("generate", GENERATE, "first"))  # then a fresh start

@@ -101,3 +101,29 @@ def test_a_code_carries_the_model_to_the_same_store_at_another_address(browser, 
         assert_no_errors(phone)
         page.close()
         phone.close()
+
+
+def test_with_a_store_that_cannot_be_written_a_reloaded_tab_gets_its_model_back_from_memory(browser, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # the store cannot be made: models in memory only
+    with serve(Settings.from_env({}, state_dir=str(blocker / "store"))) as (demo, url):
+        page = new_page(browser, url)
+        page.locator("#train-status").filter(has_text="in memory only").wait_for()
+        set_number(page, "Steps", STEPS)
+        page.locator("#train-button").click()
+        page.locator("#train-status").filter(has_text=f"Done: {STEPS} steps").wait_for()
+        lines = loss_points(page)
+        page.reload(wait_until="domcontentloaded")
+        page.locator("#train-status").filter(has_text="Welcome back").wait_for()
+        status = page.locator("#train-status").inner_text()
+        assert f"step {STEPS}" in status and "a restart of the server loses it" in status
+        page.locator("#loss-plot .scatterlayer .trace").first.wait_for()
+        assert loss_points(page) == lines  # the same curves
+        page.locator("#train-next").filter(has_text=f"already trained {STEPS} of {STEPS} steps").wait_for()
+        page.locator("#movie-note").filter(has_text="Replay:").wait_for()  # its movie came along
+        page.screenshot(path=str(SCREENSHOTS / "restore-4-memory-only-reload-1366.png"), full_page=True)
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.screenshot(path=str(SCREENSHOTS / "restore-5-memory-only-reload-390.png"), full_page=True)
+        assert demo.registry.counts()["models"] == 1  # handed over, not copied
+        assert_no_errors(page)
+        page.close()

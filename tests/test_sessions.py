@@ -196,6 +196,48 @@ def test_free_drops_the_session_and_stops_its_training():
     registry.get("a")  # a closed tab's id is not "expired": nobody is there to tell
 
 
+def test_with_no_store_a_closed_tabs_model_waits_for_its_reload_and_goes_first_when_room_is_needed():
+    clock = Clock()
+    registry = SessionRegistry(memory_budget=2 * MODEL, ttl_s=3600, api_ttl_s=600, evict_idle_s=600, clock=clock)
+    freed, store = [], {"works": False}
+    registry.on_free(freed.append)
+    registry.keep_closed(lambda session: not store["works"])  # as Train's: only where no store keeps the model
+    trainer = FakeTrainer()
+    tab = model_session(registry, "a-tab")
+    tab.token, tab.trained = "token-a", with_trainer(trainer)
+    registry.mark_browser("a-tab")
+    registry.free("a-tab")  # the tab closes (a reload): it stays, closed, its training stopped
+    assert "a-tab" in registry and registry.peek("a-tab").closed and trainer.stopped and freed == []
+    stranger = registry.get("stranger")
+    stranger.token = "token-b"  # another browser's token takes nothing
+    assert registry.reopen(stranger) is None and "a-tab" in registry
+    reloaded = registry.get("a-reloaded")
+    reloaded.token = "token-a"
+    closed = registry.reopen(reloaded)  # the same browser: the closed session, out, its claim now the reload's
+    assert closed is tab and "a-tab" not in registry and [s.key for s in freed] == ["a-tab"]
+    assert reloaded.holds_model and registry.counts() == {"sessions": 2, "models": 1, "model_bytes": MODEL}
+    assert registry.reopen(registry.get("again")) is None  # handed over once
+
+    reloaded.trained = closed.trained
+    registry.free("a-reloaded")  # closed again, then another learner needs the room: it goes first, untold
+    model_session(registry, "c")
+    clock.now += 1  # nobody idle for the 600 s an eviction waits, but the closed tab's model goes
+    model_session(registry, "d")
+    assert "a-reloaded" not in registry and "c" in registry and "d" in registry
+    registry.get("a-reloaded")  # its key brings no "expired" message: no page of it is left to tell
+
+    registry.get("c").token = "token-c"
+    registry.mark_browser("d")
+    registry.free("c")
+    clock.now += 601  # closed tabs go after the API time-to-live, like any session without a page
+    registry.sweep()
+    assert "c" not in registry and "d" in registry
+    store["works"] = True  # a store keeps the model: a closed tab is freed at once, as before
+    registry.get("d").token = "token-d"
+    registry.free("d")
+    assert "d" not in registry
+
+
 @pytest.mark.parametrize("key", ["/etc", "../../tmp/x", "a\x00b", "é/../..", "C:\\Windows"])
 def test_files_are_named_by_a_server_id_never_by_the_client_key(key):
     registry = SessionRegistry(memory_budget=10 * MODEL, ttl_s=60)

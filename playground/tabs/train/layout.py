@@ -66,6 +66,7 @@ def build(ctx: AppContext) -> TrainHandlers:
     s = ctx.settings
     handlers = TrainHandlers(ctx)
     ctx.registry.on_free(handlers.free)
+    ctx.registry.keep_closed(handlers.unstored)  # with no store, a closed tab's model waits for its reload
     if ctx.store is not None:  # an idle model may leave memory for the store and come back on its owner's next call
         ctx.registry.keep_aside(handlers.set_aside, handlers.bring_back)
     start = handlers.default_form()

@@ -7,8 +7,15 @@ by the store's own thread, so a step never waits for the disk). When a page open
 its token: if the session has no model yet and the store holds one, it is loaded as an upload is (the
 same caps and checks) and the form, the chart and the other tabs follow; Train then continues exactly.
 
-A token is untrusted input: one the store's key did not sign gets a fresh one (and a note), one
+A token is untrusted input: one the server's key did not sign gets a fresh one (and a note), one
 the store does not know starts afresh (a note when its model was evicted to keep the store's budget).
+A kept model that cannot be read (damaged on the disk, or no longer within this server's caps) starts
+afresh too, said in the learner's words; the details go to the log and the entry is put aside for the
+operator (`StateStore.put_aside`).
+
+Memory only (no store, or one that cannot be written): tokens are made all the same, and a closed tab's
+model stays in memory a while (`SessionRegistry.keep_closed`), so a reload of the same browser gets it
+back as from the store (`SessionRegistry.reopen`); a restart of the server loses it.
 
 `RestoreHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `ctx`, `registry` and `_adopt`.
 Never imports the layout or the link.
@@ -17,6 +24,7 @@ Never imports the layout or the link.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import tempfile
 from collections.abc import Callable
@@ -32,7 +40,7 @@ from core.runs import encode_runs
 from core.tokenizers import token_labels
 from playground.figures.attention import live_heatmap
 from playground.sessions import Session
-from playground.store import CODE_TTL_S
+from playground.store import CODE_TTL_S, Tokens
 from playground.tabs.train.checkpoints import CheckpointHandlers, checkpoint_meta
 from playground.tabs.train.form import FORM_FIELDS, PASTE, Recipe, TrainForm
 from playground.tabs.train.replay import movie_note, scores_plot
@@ -50,8 +58,11 @@ CARRY_NOTE = ("Anyone with this code can take your model: treat it as a password
               "the end of a run) is what either finds on its next visit.")
 BAD_CODE = ("That code does not open a model here: it has a typo, was made by another server, was used already or is "
             f"older than {HOURS} hours. Make a new one in the browser that has the model.")
+DAMAGED = "Your saved model was damaged and could not be read: starting afresh. Press **Train** to begin again."
+WELCOME = "Welcome back: your model is here as you left it, at step {step}, and Generate and Attention read it."
 MEMORY_ONLY = ("⚠️ This server cannot save models right now (its storage is full or not writable): yours lives "
-               "in memory only, and a restart of the server loses it. Download a checkpoint to keep it.")
+               "in memory only. A reload of this tab finds it again within {minutes:.0f} minutes of closing it (while "
+               "the server has room), but a restart of the server loses it. Download a checkpoint to keep it.")
 
 
 def kept_form(form: TrainForm, recipe: Recipe) -> dict[str, Any]:
@@ -65,13 +76,25 @@ def kept_form(form: TrainForm, recipe: Recipe) -> dict[str, Any]:
 class RestoreHandlers(CheckpointHandlers):
     """Keep the session's state in the store as it trains; bring it back when its browser returns."""
 
+    @functools.cached_property
+    def tokens(self) -> Tokens:
+        """Makes and checks the browsers' tokens: with the store's key (its servers share it), else with this
+        process's own (memory only: a reload finds its closed tab's model, a restart nothing)."""
+        return self.ctx.store.tokens if self.ctx.store is not None else Tokens.of_this_process()
+
     def keeper(self, session: Session, form: TrainForm, recipe: Recipe) -> Callable[[], None]:
         """What a run calls at each evaluation and at its end: the session's state, to the store."""
         store, token = self.ctx.store, session.token
-        if store is None or token is None:  # memory only, or a client without a browser (the API)
+        if token is None:  # a client without a browser (the API)
             return lambda: None
-        session.kept_form = kept_form(form, recipe)
+        session.kept_form = kept_form(form, recipe)  # a reload puts it back, from the store or from memory
+        if store is None:
+            return lambda: None
         return lambda: store.writer.submit(token, _kept(session))
+
+    def unstored(self, session: Session) -> bool:
+        """Whether no store keeps the session's model now (its `keep_closed`: it then stays for a reload)."""
+        return self.ctx.store is None or not self.ctx.store.working
 
     def set_aside(self, session: Session) -> bool:
         """Keep an idle session's model in the store so the registry may drop it from memory (its
@@ -89,33 +112,34 @@ class RestoreHandlers(CheckpointHandlers):
             if archive is None:
                 return False
             with self.registry.job(session.key, "bringing your model back"):
-                self._adopt_kept(session, archive)
-        return True  # the page still shows its form and chart: only the model was away
+                # the page still shows its form and chart: only the model was away
+                return self._adopt_readable(session, archive) is not None
 
     def come_back(self, kept, request: gr.Request) -> dict[str, Any]:
         """At page load: the browser's token (a fresh one if it has none or an unreadable one) and, when
-        the store holds this token's model and the session has none, the model, form and chart back."""
+        the store holds this token's model (memory only: a closed tab of this browser left it) and the session
+        has none, the model, form and chart back."""
         store = self.ctx.store
-        if store is None or not store.working:
-            off = self.settings.state_dir == "off"  # the operator's choice is not a problem to report
-            return {"status": gr.skip() if off else MEMORY_ONLY}
         session = self.registry.get(request)
-        token = store.verified(kept)
+        token = self.tokens.verified(kept)
         if token is None:
-            session.token = store.new_token()
-            return {"token": session.token, "status": UNREADABLE if kept not in (None, "") else gr.skip()}
+            session.token = self.tokens.new()
+            return {"token": session.token, "status": UNREADABLE if kept not in (None, "") else self._memory_note()}
         session.token = token
         if session.trained is not None:  # this session already has a model: nothing to bring back
             return {"status": gr.skip()}
+        if self.unstored(session):
+            return self._reopened(session)
         with self.registry.job(request, "restoring your model") as session, \
                 tempfile.TemporaryDirectory(prefix="restore-") as folder:
             archive = store.fetch(token, Path(folder))
             if archive is None:
                 return {"status": EVICTED if store.evicted(token) else gr.skip()}
-            meta = self._adopt_kept(session, archive)
+            meta = self._adopt_readable(session, archive)
+            if meta is None:
+                return {"status": DAMAGED}
         form = self._checked_form(meta.get("form"))
-        status = (f"Welcome back: your model is here as you left it, at step {session.trained.step}, and Generate "
-                  "and Attention read it.")
+        status = WELCOME.format(step=session.trained.step)
         return {"status": status, **self._shown_after_load(session, meta), **_movie_shown(session), **form}
 
     def carry_code(self, request: gr.Request) -> str:
@@ -124,7 +148,7 @@ class RestoreHandlers(CheckpointHandlers):
         with self.registry.job(request, "keeping your model for another browser") as session:
             if session.trained is None:
                 raise gr.Error("There is no model yet: train one (or upload a checkpoint) first.", print_exception=False)
-            session.token = session.token or store.new_token()  # an API client has none until now
+            session.token = session.token or self.tokens.new()  # an API client has none until now
             store.writer.submit(session.token, _kept(session))
             if not (store.writer.flush() and store.working):
                 raise gr.Error(f"The model could not be kept: {store.problem or 'the store is slow'}. Download a "
@@ -143,7 +167,9 @@ class RestoreHandlers(CheckpointHandlers):
             archive = store.fetch(token, Path(folder)) if token is not None else None
             if archive is None:
                 raise gr.Error(BAD_CODE, print_exception=False)
-            meta = self._adopt_kept(session, archive)
+            meta = self._adopt_readable(session, archive)
+            if meta is None:
+                raise gr.Error(DAMAGED, print_exception=False)
             session.token = token
             store.use_up(code)
         status = (f"Your model from the other browser is here, at step {session.trained.step}: Train continues it, "
@@ -159,6 +185,39 @@ class RestoreHandlers(CheckpointHandlers):
                            "cannot carry one: download a checkpoint and upload it in the other browser.",
                            print_exception=False)
         return store
+
+    def _memory_note(self) -> str | dict:
+        """What a page says of where its model is kept: that it is in memory only, unless the store works or the
+        operator turned it off (their choice is not a problem to report)."""
+        store = self.ctx.store
+        if (store is not None and store.working) or self.settings.state_dir == "off":
+            return gr.skip()
+        return MEMORY_ONLY.format(minutes=self.settings.api_ttl_s / 60)
+
+    def _reopened(self, session: Session) -> dict[str, Any]:
+        """Memory only: the model a closed tab of this browser left, back with its form, chart and movie as from
+        the store; else the note on where models live."""
+        closed = self.registry.reopen(session)
+        if closed is None:
+            return {"status": self._memory_note()}
+        session.trained, session.runs, session.kept_form = closed.trained, closed.runs, closed.kept_form
+        note = self._memory_note()
+        status = WELCOME.format(step=session.trained.step) + (f"\n\n{note}" if isinstance(note, str) else "")
+        return {"status": status, **self._shown_after_load(session, {"history": session.trained.history}),
+                **_movie_shown(session), **self._checked_form(session.kept_form)}
+
+    def _adopt_readable(self, session: Session, archive: Path) -> dict | None:
+        """`_adopt_kept`, or None when the archive cannot be read: then it is put aside and the details logged
+        (the learner is told in their words). A full server is said as it is: the model stays in the store."""
+        try:
+            return self._adopt_kept(session, archive)
+        except Exception as error:
+            if isinstance(error, gr.Error) and not isinstance(error.__cause__, ValueError):  # not the archive's
+                raise  # fault (`validate.user_errors` says what is): the server is full, and says so
+            log.warning("state store: a kept model could not be read and is put aside (%s: %s)",
+                        type(error.__cause__ or error).__name__, error, exc_info=not isinstance(error, gr.Error))
+            self.ctx.store.put_aside(session.token)
+            return None
 
     def _adopt_kept(self, session: Session, archive: Path) -> dict:
         """The store's archive as the session's model, with its form and compared runs; its meta."""
