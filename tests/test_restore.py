@@ -53,7 +53,7 @@ def comes_back(app: Hostile, token: str, tab: str, step: int) -> str:
     the background: the last state may take a moment; each try is a new tab)."""
     deadline = time.monotonic() + 15
     for attempt in range(1000):
-        answer = str(app.ok("come_back", [token], f"{tab}-{attempt}"))
+        answer = str(app.ok("come_back", [token, None], f"{tab}-{attempt}"))
         if f"step {step}" in answer:
             return f"{tab}-{attempt}"
         assert time.monotonic() < deadline, answer[:300]
@@ -70,7 +70,7 @@ def test_a_killed_server_gives_each_browser_its_model_back_on_any_server_of_its_
     try:
         first.wait()
         other.wait()
-        token = first.app.ok("come_back", [None], "tab-before")[0]  # a new browser gets its token
+        token = first.app.ok("come_back", [None, None], "tab-before")[0]  # a new browser gets its token
         assert isinstance(token, str) and len(token) == 44
         run = form(steps=4000, eval_interval=EVAL_EVERY)
 
@@ -93,7 +93,7 @@ def test_a_killed_server_gives_each_browser_its_model_back_on_any_server_of_its_
     try:
         # The learner's next page lands on the other server (a replica): the model is there.
         app = other.app
-        answer = app.ok("come_back", [token], "tab-after")
+        answer = app.ok("come_back", [token, None], "tab-after")
         assert any(isinstance(v, str) and "Welcome back" in v and f"step {step}" in v for v in answer), answer
         assert weights_of(downloaded(app, "tab-after")) == weights_of(kept)  # byte for byte
 
@@ -130,7 +130,7 @@ def test_an_idle_model_makes_room_through_the_store_and_comes_back_on_its_owners
     with serve(settings) as (demo, url):
         app = Hostile(url)
         for learner in ("first", "second"):
-            app.ok("come_back", [None], learner)  # a browser: it has a token, so its model can be kept
+            app.ok("come_back", [None, None], learner)  # a browser: it has a token, so its model can be kept
         app.ok("train", form(), "first")
         time.sleep(0.3)
         app.ok("train", form(), "second")  # nobody refused: the first's idle model went to the store
@@ -147,21 +147,21 @@ def test_an_idle_model_makes_room_through_the_store_and_comes_back_on_its_owners
 def test_tokens_not_made_here_restore_nothing_and_touch_nothing(running_app):
     demo, url = running_app
     store, app = Path(demo.store.root), Hostile(url)
-    real = app.ok("come_back", [None], "owner")[0]
+    real = app.ok("come_back", [None, None], "owner")[0]
     app.ok("train", form(eval_interval=10), "owner")  # a model kept under `real`
     assert demo.store.writer.flush()
     before = {p.name: p.stat().st_mtime for p in store.iterdir()}
     for forged in ["../../../etc/passwd", "x" * (1 << 20), real[:-1] + ("A" if real[-1] != "A" else "B"),
                    {"token": real}, 12345, real + "/"]:
-        answer = app.call("come_back", [forged], "thief")
+        answer = app.call("come_back", [forged, None], "thief")
         if answer["success"]:
             values = answer["output"]["data"]
             assert real not in str(values)[:200] and "Welcome back" not in str(values), str(values)[:200]
     assert demo.registry.peek("thief").trained is None
-    unknown = app.ok("come_back", [demo.store.tokens.new()], "stranger")  # signed, but never saved: a fresh start
+    unknown = app.ok("come_back", [demo.store.tokens.new(), None], "stranger")  # signed, but never saved: a fresh start
     assert "Welcome back" not in str(unknown)
     assert {p.name: p.stat().st_mtime for p in store.iterdir()} == before
-    assert UNREADABLE in str(app.ok("come_back", ["../../../etc/passwd"], "someone"))
+    assert UNREADABLE in str(app.ok("come_back", ["../../../etc/passwd", None], "someone"))
 
 
 def test_a_token_planted_in_a_browser_is_not_adopted(running_app):
@@ -170,20 +170,20 @@ def test_a_token_planted_in_a_browser_is_not_adopted(running_app):
     demo, url = running_app
     app = Hostile(url)
     planted = secrets.token_urlsafe(33)[:44]  # the form of a token, but not signed by this store's key
-    answer = app.ok("come_back", [planted], "learner")
+    answer = app.ok("come_back", [planted, None], "learner")
     token = answer[0]
     assert token != planted and demo.store.tokens.verified(token) == token and UNREADABLE in str(answer)
     app.ok("train", form(eval_interval=10), "learner")  # the learner's model is kept under the server's token
     assert demo.store.writer.flush()
-    later = app.ok("come_back", [planted], "thief")
+    later = app.ok("come_back", [planted, None], "thief")
     assert "Welcome back" not in str(later) and demo.registry.peek("thief").trained is None
-    assert "Welcome back" in str(app.ok("come_back", [token], "learner-again"))
+    assert "Welcome back" in str(app.ok("come_back", [token, None], "learner-again"))
 
 
 def test_a_kept_movie_that_fails_its_checks_is_dropped_and_the_model_comes_back(tmp_path):
     with serve(Settings.from_env({}, state_dir=str(tmp_path / "store"))) as (demo, url):
         app = Hostile(url)
-        token = app.ok("come_back", [None], "before")[0]
+        token = app.ok("come_back", [None, None], "before")[0]
         app.ok("train", form(), "before")
         assert demo.store.writer.flush()
         [archive] = archives(tmp_path / "store")
@@ -194,7 +194,7 @@ def test_a_kept_movie_that_fails_its_checks_is_dropped_and_the_model_comes_back(
         with zipfile.ZipFile(archive, "w") as zf:
             for name, data in files.items():
                 zf.writestr(name, data)
-        answer = app.ok("come_back", [token], "after")
+        answer = app.ok("come_back", [token, None], "after")
         assert any(isinstance(v, str) and f"at step {TINY['steps']}" in v for v in answer), answer
         assert demo.registry.peek("after").trained.movie is None
         assert "no attention movie yet" in app.error("attention_movie", [], "after")
@@ -209,13 +209,13 @@ def test_a_code_carries_a_model_to_a_server_at_another_address(store):
         first.wait()
         other.wait()
         assert first.port != other.port
-        token = first.app.ok("come_back", [None], "laptop")[0]
+        token = first.app.ok("come_back", [None, None], "laptop")[0]
         assert "train one" in first.app.error("carry_code", [], "laptop")  # no model yet
         first.app.ok("train", form(), "laptop")
         code = first.app.ok("carry_code", [], "laptop")[0]
         assert isinstance(code, str) and len(code) == 19 and token not in code
 
-        fresh = other.app.ok("come_back", [None], "second-laptop")[0]  # another address: another token
+        fresh = other.app.ok("come_back", [None, None], "second-laptop")[0]  # another address: another token
         assert fresh != token and "Welcome back" not in str(fresh)
         typo = code[:-1] + ("2" if code[-1] != "2" else "3")
         for wrong in (typo, "../../etc/passwd", "x" * 64):
@@ -227,7 +227,7 @@ def test_a_code_carries_a_model_to_a_server_at_another_address(store):
                    for v in taken), taken
         assert weights_of(downloaded(other.app, "second-laptop")) == weights_of(downloaded(first.app, "laptop"))
         assert "does not open a model here" in other.app.error("take_code", [code], "third")  # once
-        assert "Welcome back" in str(other.app.ok("come_back", [token], "second-laptop-reloaded"))
+        assert "Welcome back" in str(other.app.ok("come_back", [token, None], "second-laptop-reloaded"))
     finally:
         first.kill()
         other.kill()
@@ -244,18 +244,18 @@ def test_a_damaged_entry_is_said_in_the_learners_words_put_aside_and_the_page_lo
     with serve(Settings.from_env({}, state_dir=str(store))) as (demo, url), \
             caplog.at_level(logging.WARNING, logger="playground"):
         app = Hostile(url)
-        token = app.ok("come_back", [None], "before")[0]
+        token = app.ok("come_back", [None, None], "before")[0]
         app.ok("train", form(), "before")
         assert demo.store.writer.flush()
         [archive] = archives(store)
         archive.write_bytes(DAMAGES[damage](archive.read_bytes()))  # damaged on the disk
-        answer = app.ok("come_back", [token], "after")  # the page-load event succeeds
+        answer = app.ok("come_back", [token, None], "after")  # the page-load event succeeds
         assert DAMAGED in answer and not any(word in str(answer) for word in ("restored.zip", "safetensors")), answer
         assert demo.registry.peek("after").trained is None
         assert archives(store) == [] and [p.name for p in store.glob("*.damaged")] == [archive.stem + ".damaged"]
         assert "could not be read and is put aside" in caplog.text  # the details, for the operator
         assert httpx.get(url, timeout=30).status_code == 200
-        assert DAMAGED not in str(app.ok("come_back", [token], "later"))  # said once: then a fresh start
+        assert DAMAGED not in str(app.ok("come_back", [token, None], "later"))  # said once: then a fresh start
         app.ok("train", form(), "later")  # and the same browser's next model is kept again
         assert demo.store.writer.flush() and len(archives(store)) == 1
 
@@ -269,8 +269,11 @@ def test_a_server_process_starts_and_serves_on_a_store_whose_secret_is_damaged(d
     server = Server(store, log=log)
     try:
         assert "Attention Playground" in httpx.get(server.url, timeout=30).text
-        token = server.app.ok("come_back", [None], "tab")[0]
+        token = server.app.ok("come_back", [None, None], "tab")[0]
         assert isinstance(token, str) and len(token) == 44
+        # a browser whose token the replaced secret made unreadable sends none, but says it had one: a note
+        assert UNREADABLE in str(server.app.ok("come_back", [None, True], "tab-of-before"))
+        assert UNREADABLE not in str(server.app.ok("come_back", [None, None], "new-tab"))
         assert (store / "browser-secret.1").read_text() in httpx.get(f"{server.url}config", timeout=30).text
         assert log.read_text().count("browser-secret is damaged") == 1
     finally:
@@ -285,7 +288,7 @@ def test_with_no_store_a_reload_of_the_tab_finds_its_model_again_in_memory(state
     with serve(settings) as (demo, url):
         assert demo.store is None
         app = Hostile(url)
-        first = app.ok("come_back", [None], "tab")
+        first = app.ok("come_back", [None, None], "tab")
         token = first[0]
         assert isinstance(token, str) and len(token) == 44  # a token all the same: the reload is known by it
         said = "A reload of this tab finds it again within 10 minutes" in str(first)
@@ -294,14 +297,14 @@ def test_with_no_store_a_reload_of_the_tab_finds_its_model_again_in_memory(state
         assert app.close_page("tab") == 200  # the reload closes the tab ...
         wait_until(lambda: demo.registry.peek("tab") is not None and demo.registry.peek("tab").closed)
         forged = token[:-1] + ("A" if token[-1] != "A" else "B")  # a value planted in another browser
-        assert "Welcome back" not in str(app.ok("come_back", [forged], "thief"))
+        assert "Welcome back" not in str(app.ok("come_back", [forged, None], "thief"))
         assert demo.registry.peek("tab").closed and demo.registry.peek("thief").trained is None
-        answer = app.ok("come_back", [token], "reloaded")  # ... and its new page has the model back
+        answer = app.ok("come_back", [token, None], "reloaded")  # ... and its new page has the model back
         assert f"Welcome back: your model is here as you left it, at step {TINY['steps']}" in str(answer), answer
         assert "tab" not in demo.registry and demo.registry.peek("reloaded").trained.step == TINY["steps"]
         text = app.ok("generate", GENERATE, "reloaded")[1]
         assert text.startswith("\n" + GENERATE[0])
-        assert "Welcome back" not in str(app.ok("come_back", [token], "second-tab"))  # handed over once
+        assert "Welcome back" not in str(app.ok("come_back", [token, None], "second-tab"))  # handed over once
 
 
 def test_a_set_aside_model_damaged_in_the_store_is_said_once_and_put_aside(tmp_path):
@@ -310,7 +313,7 @@ def test_a_set_aside_model_damaged_in_the_store_is_said_once_and_put_aside(tmp_p
     settings = Settings.from_env({}, model_memory_bytes=int(room), set_aside_idle_s=0.2, state_dir=str(store))
     with serve(settings) as (demo, url):
         app = Hostile(url)
-        token = [app.ok("come_back", [None], learner)[0] for learner in ("first", "second")][0]
+        token = [app.ok("come_back", [None, None], learner)[0] for learner in ("first", "second")][0]
         app.ok("train", form(), "first")
         time.sleep(0.3)
         app.ok("train", form(), "second")  # the first's idle model went to the store

@@ -10,6 +10,7 @@ from test_browser import assert_no_errors, open_tab, set_number
 from test_train_browser import new_page
 
 from playground.settings import Settings
+from playground.tabs.train.restore import UNREADABLE
 
 pytestmark = pytest.mark.browser
 STEPS = 120
@@ -125,5 +126,30 @@ def test_with_a_store_that_cannot_be_written_a_reloaded_tab_gets_its_model_back_
         page.set_viewport_size({"width": 390, "height": 844})
         page.screenshot(path=str(SCREENSHOTS / "restore-5-memory-only-reload-390.png"), full_page=True)
         assert demo.registry.counts()["models"] == 1  # handed over, not copied
+        assert_no_errors(page)
+        page.close()
+
+
+def test_a_replaced_secret_starts_the_reloaded_tab_afresh_with_a_note(browser, tmp_path):
+    """The store's browser-secret damaged while the server was down: the browser cannot read its token with
+    the replacement, so the tab starts afresh, and says so instead of silently losing the model."""
+    settings = Settings.from_env({}, state_dir=str(tmp_path / "store"))
+    port = free_port()
+    with serve(settings, port=port) as (demo, url):
+        page = new_page(browser, url)
+        set_number(page, "Steps", 30)
+        page.locator("#train-button").click()
+        page.locator("#train-status").filter(has_text="Done: 30 steps").wait_for()
+        assert demo.store.writer.flush()
+    (tmp_path / "store" / "browser-secret").write_text("damaged by hand")
+    with serve(settings, port=port) as (demo, url):
+        page.reload(wait_until="domcontentloaded")
+        page.locator("#train-status").filter(has_text=UNREADABLE).wait_for()
+        assert "Welcome back" not in page.locator("#train-status").inner_text()
+        page.screenshot(path=str(SCREENSHOTS / "restore-6-replaced-secret-1366.png"), full_page=True)
+        page.reload(wait_until="domcontentloaded")  # the fresh token is readable again: no note the next time
+        page.locator("#train-next").wait_for()
+        page.locator("#train-status").filter(has_text="Press").wait_for()
+        assert UNREADABLE not in page.locator("#train-status").inner_text()
         assert_no_errors(page)
         page.close()

@@ -192,7 +192,7 @@ class Learner(threading.Thread):
         self.status: str | None = None
 
     def open_page(self) -> None:
-        answer = self.browser.call("come_back", [None], self.session_hash)
+        answer = self.browser.call("come_back", [None, None], self.session_hash)
         if not answer.get("success"):
             raise RuntimeError(f"the page did not open: {answer}")
 

@@ -196,7 +196,7 @@ def main() -> None:
         keys = [f"learner-{i}" for i in range(args.sessions)]
 
         def learner(key: str) -> None:
-            http.ok("come_back", [None], key)  # the page's load: the session's token for the store
+            http.ok("come_back", [None, None], key)  # the page's load: the session's token for the store
             http.ok("train", form, key)
             http.ok("generate", GENERATE, key)
             http.ok("attention", ["qwhzbkad|qwhzbka"], key)

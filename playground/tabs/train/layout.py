@@ -40,7 +40,7 @@ from playground.tabs.train.form import (
     POSITION_CHOICES, STAGE_CHOICES, TOKENIZER_CHOICES, UPLOAD, heads_for_stage, layers_for_stage,
 )
 from playground.tabs.train.replay import NO_MOVIE, NO_REPLAY, NO_SCORES, PLAY, PLAY_INTERVAL_S, ReplayHandlers
-from playground.tabs.train.restore import CARRY_NOTE, KEPT_FIELDS, STORAGE_KEY, RestoreHandlers
+from playground.tabs.train.restore import CARRY_NOTE, KEPT_FIELDS, SEEN_KEY, SEEN_SECRET, STORAGE_KEY, RestoreHandlers
 from playground.tabs.train.run import NO_ATTENTION_YET, RunHandlers, progress_html
 
 
@@ -283,10 +283,12 @@ def build(ctx: AppContext) -> TrainHandlers:
     # Coming back: after the link has set up the form, a model kept for this browser replaces it.
     shown["token"] = gr.BrowserState(None, storage_key=STORAGE_KEY,
                                      secret=ctx.store.secret() if ctx.store is not None else None)
-    restored = [shown[name] for name in ("token", "status", "progress", "loss_plot", "model_changed", "movie_note",
+    shown["seen"] = gr.BrowserState(False, storage_key=SEEN_KEY, secret=SEEN_SECRET)
+    restored = [shown[name] for name in ("token", "seen", "status", "progress", "loss_plot", "model_changed", "movie_note",
                                          "movie_plot", "head_scores", "movie_step", "attention", *KEPT_FIELDS)]
     # ... then what Train will do is said again, with the form as it now is
-    opened.then(by_name(handlers.come_back), shown["token"], restored, api_name="come_back", **quiet).then(
+    opened.then(by_name(handlers.come_back), [shown["token"], shown["seen"]], restored, api_name="come_back",
+                **quiet).then(
         handlers.preview, inputs, [params, next_step], **quiet).then(
         compare_handlers.refresh, None, compare_outputs, **quiet)  # the runs kept with the model
     # A code from another browser brings its model as coming back does, and this browser keeps its token.

@@ -47,6 +47,10 @@ from playground.tabs.train.replay import movie_note, scores_plot
 
 log = logging.getLogger("playground")
 STORAGE_KEY = "attention-playground-session"  # the browser's local-storage key for its token
+# ... and beside it, a flag that this browser was given a token: when the store's BrowserState secret is replaced
+# (it was damaged), the browser cannot decrypt its token and sends none, and only this flag, under a secret that
+# never changes (it guards nothing: the flag is no secret), says that a token was lost rather than never given
+SEEN_KEY, SEEN_SECRET = "attention-playground-seen", "a-flag-not-a-secret"
 KEPT_FIELDS = tuple(name for name in FORM_FIELDS if name != "upload")  # a file's text is kept as pasted text
 UNREADABLE = "This browser's saved session could not be read (it was not made by this server): starting afresh."
 EVICTED = ("Your model from an earlier visit is gone: the server keeps the most recently trained models within "
@@ -115,16 +119,17 @@ class RestoreHandlers(CheckpointHandlers):
                 # the page still shows its form and chart: only the model was away
                 return self._adopt_readable(session, archive) is not None
 
-    def come_back(self, kept, request: gr.Request) -> dict[str, Any]:
+    def come_back(self, kept, seen, request: gr.Request) -> dict[str, Any]:
         """At page load: the browser's token (a fresh one if it has none or an unreadable one) and, when
         the store holds this token's model (memory only: a closed tab of this browser left it) and the session
-        has none, the model, form and chart back."""
+        has none, the model, form and chart back. `seen`: the browser had a token before (see SEEN_KEY)."""
         store = self.ctx.store
         session = self.registry.get(request)
         token = self.tokens.verified(kept)
         if token is None:
             session.token = self.tokens.new()
-            return {"token": session.token, "status": UNREADABLE if kept not in (None, "") else self._memory_note()}
+            lost = kept not in (None, "") or seen is True
+            return {"token": session.token, "seen": True, "status": UNREADABLE if lost else self._memory_note()}
         session.token = token
         if session.trained is not None:  # this session already has a model: nothing to bring back
             return {"status": gr.skip()}
