@@ -52,7 +52,8 @@ STORAGE_KEY = "attention-playground-session"  # the browser's local-storage key 
 # never changes (it guards nothing: the flag is no secret), says that a token was lost rather than never given
 SEEN_KEY, SEEN_SECRET = "attention-playground-seen", "a-flag-not-a-secret"
 KEPT_FIELDS = tuple(name for name in FORM_FIELDS if name != "upload")  # a file's text is kept as pasted text
-UNREADABLE = "This browser's saved session could not be read (it was not made by this server): starting afresh."
+UNREADABLE = ("This browser's saved session could not be read (this server did not make it, or its keys were replaced "
+              "since): starting afresh.")
 EVICTED = ("Your model from an earlier visit is gone: the server keeps the most recently trained models within "
            "its storage budget, and yours had waited longest. Press **Train** to start again.")
 HOURS = round(CODE_TTL_S / 3600)  # how long a continue-elsewhere code works
