@@ -259,6 +259,21 @@ def test_induction_probe_repeats_itself_fits_and_varies_its_length(ctx, handlers
     handlers.analyse(text, "alice")
 
 
+@pytest.mark.parametrize("position", ["rope", "alibi", "none"])
+def test_induction_probe_fits_a_context_that_computed_positions_could_pass(position):
+    """induction-rope's 40-token model: its positions would read further, but it trained on 40."""
+    ctx = make_ctx(max_attention_tokens=200)
+    handlers = tab.AttentionHandlers(ctx)
+    give_model(ctx, block_size=40, position=position, n_head=2)
+    lengths = set()
+    for _ in range(12):
+        text = handlers.probe("alice")
+        lengths.add(len(text))
+        status = handlers.analyse(text, "alice")[0]
+        assert "Past its training length" not in status
+    assert max(lengths) <= 40 and len(lengths) > 1
+
+
 def test_model_changed_marks_an_analysis_stale(ctx, handlers):
     give_model(ctx)
     assert handlers.model_changed("alice") == gr.skip()  # no analysis on screen: the status stays as it is
