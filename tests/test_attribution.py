@@ -4,7 +4,7 @@ restores exactly what it should, the QK circuit is the model's own score, and ba
 import pytest
 import torch
 
-from core.attribution import MAX_CIRCUIT_VOCAB, circuits, logit_attribution, patch
+from core.attribution import MAX_CIRCUIT_VOCAB, MIN_PATCH_GAP, circuits, logit_attribution, patch
 from core.config import GPTConfig
 from core.interventions import head_steps
 from core.model import GPT
@@ -69,6 +69,24 @@ def test_patching_restores_exactly_where_the_texts_differ(options):
                                                     abs=1e-4)
     assert result.corrupted_difference == pytest.approx(
         (logits[1, result.target] - logits[1, result.alternative]).item(), abs=1e-4)
+
+
+def test_patching_draws_no_shares_of_a_gap_too_small_to_mean_anything():
+    """A freshly initialised model barely tells two texts apart: a gap of thousandths of a logit, where
+    each part's share would be its small effect divided by almost nothing. No shares then, and no runs."""
+    model = GPT(GPTConfig(vocab_size=30, n_layer=2, n_head=4, n_embd=32, block_size=16),
+                generator=torch.Generator().manual_seed(0))
+    clean = list(range(10))
+    corrupted = clean[:3] + [29] + clean[4:]
+    calls = []
+    model.blocks[1].register_forward_hook(lambda *_: calls.append(1))
+    result = patch(model, clean, corrupted)
+    assert 0 < abs(result.gap) < MIN_PATCH_GAP and not result.meaningful
+    assert result.gap == pytest.approx(result.clean_difference - result.corrupted_difference)
+    assert result.residual is None and result.heads is None
+    assert len(calls) == 2  # the clean run and the corrupted one: no part was patched
+    lively = patch(random_model(), clean, corrupted)  # far from its initialisation: a gap worth sharing
+    assert abs(lively.gap) >= MIN_PATCH_GAP and lively.meaningful and lively.heads.shape == (3, 4)
 
 
 def test_the_qk_circuit_is_the_heads_own_score_on_the_direct_path():
