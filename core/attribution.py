@@ -284,9 +284,22 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
 @dataclass(frozen=True)
 class Circuits:
     """One head's circuits on the direct path (Elhage et al. 2021), token by token. Each token's
-    embedding goes through the layer's norm alone, as if it were the whole stream (exact for the
-    direct path into layer 0, an approximation behind other layers' outputs); the OV circuit's
-    output goes through the final norm's weight, not its normalisation."""
+    embedding goes through the layer's norm alone, as if it were the whole stream, then through the
+    head's projections with their biases; the OV circuit's output goes through the final norm's
+    weight, not its normalisation.
+
+    qk[a, b] is the score query token a gives key token b (scaled, before the mask and the softmax)
+    where the stream holds each token alone: in layer 0 of a model without learned positions (no
+    positions, RoPE, ALiBi) that is exactly the model's own score before its positions act (RoPE's
+    turn, ALiBi's penalty), whatever the tokens' places. With learned positions layer 0 reads the norm
+    of token plus position, which is neither circuit nor their sum: the circuits are views of what the
+    head looks for by token and by place (the `repeat` preset's trained model, on its line
+    qwhzbkad|qwhzbkad: entries up to 14.3 off layer-0 scores of at most 14.3). Behind other layers'
+    outputs it is an approximation.
+
+    TransformerLens's QK circuit, W_E W_Q W_K^T W_E^T, leaves out the norm (`fold_ln` folds its weight
+    into W_Q and W_K, never its division by each vector's spread), the biases and the 1/sqrt(d) scale:
+    a view of the weights alone, not the scores the model computes."""
 
     layer: int
     head: int

@@ -14,6 +14,7 @@ from core.attribution import circuits, logit_attribution, patch, patch_macs
 from core.tokenizers import GPT2Tokenizer
 from playground.tabs import attention as tab
 from playground.tabs.attention import patching
+from playground.tabs.attention.circuits import CIRCUITS_HELP
 
 TEXT = "abcab|abcab"  # 11 tokens of the test vocabulary
 CLEAN, CORRUPTED = patching.PAIRS[0]
@@ -83,6 +84,9 @@ def test_circuits_show_cores_matrices(handlers, session):
     assert np.allclose(z(qk), expected.qk.numpy(), atol=1e-5) and np.allclose(z(ov), expected.ov.numpy(), atol=1e-5)
     assert np.allclose(z(positional), expected.positional_qk.numpy(), atol=1e-5)  # learned positions
     assert f"{expected.copying_score:+.2f}" in note and len(qk.data[0].x) == session.model.config.vocab_size
+    # learned positions: the note does not pass the circuits off as layer 0's scores (core's test holds the claim)
+    assert "neither circuit, nor their sum, is its score" in note
+    assert "exactly the head's score before its positions act" in CIRCUITS_HELP
 
 
 def test_the_export_holds_what_the_three_found(handlers, session):
