@@ -94,7 +94,8 @@ class AttentionMovie:
 
     def add(self, step: int, maps: list[torch.Tensor] | torch.Tensor, probe: torch.Tensor | None = None) -> None:
         """Keep the snapshot at `step`: per layer (H, T, T) maps, or one (L, H, T, T) tensor, and each head's
-        `probe_induction` score (L, H) at that step (None where the context is too short for it)."""
+        `probe_induction` score (L, H) at that step (None where the context is too short for it). A snapshot
+        at the newest one's step takes its place (the run's last step, probed now)."""
         kept = (torch.stack(list(maps)) if not isinstance(maps, torch.Tensor) else maps).cpu().half()
         # scored as kept: a movie decoded from its maps (`decode_movie`) gets the very same scores
         scores = {name: None if result is None else result[1]
@@ -105,6 +106,8 @@ class AttentionMovie:
         if frame.maps.numel() * frame.maps.element_size() > self.max_bytes:
             raise ValueError(f"one snapshot takes {frame.maps.numel() * 2:,} bytes, more than the movie's "
                              f"{self.max_bytes:,}: use a shorter probe or a larger budget")
+        if self.frames and self.frames[-1].step == step:
+            self.frames.pop()
         self.frames.append(frame)
         while self.nbytes > self.max_bytes:  # thin out, keeping the first and the newest frames
             self.frames = self.frames[:-1][::2] + self.frames[-1:]

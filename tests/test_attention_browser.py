@@ -188,6 +188,24 @@ def test_attention_at_phone_width_labels_heads_one_way(page):
     page.get_by_text("not in this model's vocabulary").first.wait_for()
 
 
+def test_the_replay_note_and_the_attention_tab_agree_on_the_copy_task(page):
+    """The copy task's 8-back head sits in layer 0 and fails the probe: neither the replay note under the
+    Train tab's movie nor the Attention tab calls any head an induction head, at either width."""
+    for name, viewport in (("1366x900", LAPTOP), ("390x844", PHONE)):
+        page.set_viewport_size(viewport)
+        open_tab(page, "Train")
+        note = page.locator("#movie-note")
+        note.filter(has_text=f"No induction head at step {STEPS}").wait_for()
+        assert not re.search(r"induction L\d", note.inner_text())
+        note.scroll_into_view_if_needed()
+        page.screenshot(path=str(SCREENSHOTS / f"replay-note-copy-task-{name}.png"), full_page=True)
+        status = analyse_example(page)
+        assert "No induction head: no head past layer 0" in status
+        assert " induction (" not in status  # no head labelled induction among those to look at first
+        assert_no_errors(page)
+        page.screenshot(path=str(SCREENSHOTS / f"attention-copy-task-{name}.png"), full_page=True)
+
+
 def test_the_induction_probe_fits_induction_ropes_context(running_app, browser):
     """induction-rope's model reads 40 tokens (RoPE could read more, but not as trained): at both widths the
     probe writes at most 40, and the analysis has no 'past its training length' warning."""

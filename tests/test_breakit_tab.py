@@ -257,3 +257,18 @@ def test_every_note_that_describes_the_model_matches_how_it_was_built(train, ctx
     positioned = switch != "use_position_embedding"
     assert ("**Positions:** each token's vector had its position's learned embedding" in note) == positioned
     assert ("**No positions**" in note) != positioned
+
+
+def test_the_last_step_is_probed_even_where_its_snapshot_came_before_the_run_ended():
+    """A snapshot taken at the final step before the 'done' event, between probes: the done event records it
+    again with the probe, so the replay's verdict is of the final model."""
+    from types import SimpleNamespace
+    movie = AttentionMovie(PROBE)
+    movie.add(1, uniform(), probe_scores(0.2))
+    movie.add(5, uniform())  # not a 4th snapshot: no probe
+    assert train_tab.snapshot_due(movie, SimpleNamespace(step=5, done=True), affordable=False)
+    assert not train_tab.snapshot_due(movie, SimpleNamespace(step=5, done=False), affordable=True)
+    movie.add(5, with_induction_head(), probe_scores(0.9))  # takes the unprobed snapshot's place
+    assert [(f.step, f.probe is not None) for f in movie.frames] == [(1, True), (5, True)]
+    assert not train_tab.snapshot_due(movie, SimpleNamespace(step=5, done=True), affordable=True)
+    assert induction_onset(movie) == 5

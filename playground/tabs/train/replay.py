@@ -146,11 +146,12 @@ def movie_for_run(movie: AttentionMovie | None, trainer: Trainer, until: int) ->
 
 def snapshot_due(movie: AttentionMovie, event, affordable: bool) -> bool:
     """Whether to record this step: `movie.every` steps after the last snapshot, or as soon after as the
-    view budget allows; and always the last step (once)."""
-    last = movie.frames[-1].step if movie.frames else None
-    if last == event.step:
-        return False
-    return event.done or (affordable and (last is None or event.step - last >= movie.every))
+    view budget allows; and always the last step (once, again where its snapshot came before the run
+    ended and was not probed: the last snapshot carries the replay's induction verdict)."""
+    last = movie.frames[-1] if movie.frames else None
+    if last is not None and last.step == event.step:
+        return event.done and last.probe is None
+    return event.done or (affordable and (last is None or event.step - last.step >= movie.every))
 
 
 def movie_note(movie: AttentionMovie | None, recording: bool) -> str:
