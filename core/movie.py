@@ -51,6 +51,9 @@ MOVIE_BYTES = 2 * 2**20  # a session's snapshots: 2 MiB (sixty learners: 120 MiB
 ENCODED_MOVIE_BYTES = MOVIE_BYTES + MOVIE_BYTES // 4 + (1 << 20)
 SCORED = ("previous-token", "first-token")  # the patterns scored on the probe text, drawn under the loss curve
 INDUCTION = "induction"  # drawn after them: the induction verdict's score (random tokens written twice)
+# The induction probe (two forward passes, each scored: about three snapshots' cost) runs at every 4th
+# snapshot and a run's last, so that the replay keeps most of its snapshots within the view budget.
+PROBED_EVERY = 4
 # The GIF: at most this wide, each head's map at most GIF_CELL_PX square; a frame per snapshot, the
 # last held longer. Its colours are the app's (plotly's "Blues", white = no weight), in a fixed palette.
 GIF_WIDTH_PX, GIF_CELL_PX, GIF_GAP_PX, GIF_CAPTION_PX = 720, 120, 4, 22
@@ -60,7 +63,6 @@ GIF_FRAME_MS, GIF_LAST_FRAME_MS = 150, 2000
 GIF_MAX_FRAMES = 100
 BLUES = ((247, 251, 255), (222, 235, 247), (198, 219, 239), (158, 202, 225), (107, 174, 214), (66, 146, 198),
          (33, 113, 181), (8, 81, 156), (8, 48, 107))
-PROBED_EVERY = 4  # the induction probe runs at every 4th snapshot and the last (two forward passes: ~3 snapshots)
 GIF_LEVELS = 254  # palette entries for weights 0..1; then the gap grey and the caption's ink
 GAP, INK = GIF_LEVELS, GIF_LEVELS + 1
 
