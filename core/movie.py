@@ -103,7 +103,8 @@ class AttentionMovie:
         scores = {name: None if result is None else result[1]
                   for name, result in pattern_scores(kept.float(), self.probe_ids).items() if name in SCORED}
         if probe is not None and probe.shape != kept.shape[:2]:
-            raise ValueError(f"the probe scores are {tuple(probe.shape)} but the maps have {tuple(kept.shape[:2])} heads")
+            raise ValueError(f"the probe scores are {tuple(probe.shape)} but the maps have "
+                             f"{tuple(kept.shape[:2])} heads")
         frame = Frame(step, kept, scores, None if probe is None else probe.detach().float().cpu())
         if frame.maps.numel() * frame.maps.element_size() > self.max_bytes:
             raise ValueError(f"one snapshot takes {frame.maps.numel() * 2:,} bytes, more than the movie's "

@@ -161,7 +161,8 @@ def test_the_head_scores_mark_when_an_induction_head_forms():
     induction = [trace for trace in figure["data"] if trace["xaxis"] == "x3"]
     assert max(max(trace["y"]) for trace in induction) == pytest.approx(0.9)  # the head that formed is drawn
     note = train_tab.movie_note(movie, False)
-    assert "Induction heads at step 100, by the probe (random tokens written twice): L1 H2 (0.90); one formed at step 60." in note
+    assert ("Induction heads at step 100, by the probe (random tokens written twice): L1 H2 (0.90); one formed at "
+            "step 60.") in note
 
 
 def test_no_marker_without_an_induction_head():

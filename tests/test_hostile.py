@@ -347,7 +347,8 @@ def generator(app):
 @pytest.mark.parametrize("index, bad, name", [
     (0, 12345, "Prompt"), (1, "abc", "Max new tokens"), (1, None, "Max new tokens"), (2, math.nan, "Temperature"),
     (2, [], "Temperature"), (3, math.inf, "Top-k"), (3, True, "Top-k"), (4, "x", "Top-p"), (5, 0.5, "Seed"),
-    (5, math.nan, "Seed"), (6, "yes", "Stop at the end of the answer line"), (6, 1, "Stop at the end of the answer line"),
+    (5, math.nan, "Seed"), (6, "yes", "Stop at the end of the answer line"),
+    (6, 1, "Stop at the end of the answer line"),
 ])
 def test_every_generation_field_answers_bad_values_with_its_name(app, generator, index, bad, name):
     data = list(GENERATE)

@@ -398,9 +398,10 @@ def build(ctx: AppContext) -> GenerateHandlers:
                 top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p (1 = off)")
                 seed = gr.Number(value=-1, precision=0, minimum=-1, label="Seed (-1 = a new draw each time)")
                 # Shown for a model trained on a task (line_end_option): past its answer line it writes junk.
-                stop_at_line_end = gr.Checkbox(True, label=STOP_AT_LINE_END, visible=False, elem_id="generate-stop-line",
-                                               info="A task model's answer ends with its line (↵); after it, it "
-                                                    "would write a new question of random letters.")
+                stop_at_line_end = gr.Checkbox(
+                    True, label=STOP_AT_LINE_END, visible=False, elem_id="generate-stop-line",
+                    info="A task model's answer ends with its line (↵); after it, it would write a new question of "
+                         "random letters.")
 
     cheap = dict(**ctx.cheap(), show_progress="hidden")
     private = dict(api_visibility="private", **cheap)

@@ -115,9 +115,9 @@ def _differences(result, target: str, alternative: str) -> str:
 
 def _too_close(result, target: str, alternative: str) -> str:
     return (f"{_differences(result, target, alternative)} The corruption moves the answer by only "
-            f"**{abs(result.gap):.3f}**, under {MIN_PATCH_GAP:g} of a logit. A part's share would be its small effect "
-            "divided by almost nothing (a head could seem to bring back −3 times all of it), so none is drawn: change "
-            "the corrupted text where the answer depends on it.")
+            f"**{abs(result.gap):.3f}**, under {MIN_PATCH_GAP:g} of a logit. A part's share would be its small "
+            "effect divided by almost nothing (a head could seem to bring back −3 times all of it), so none is "
+            "drawn: change the corrupted text where the answer depends on it.")
 
 
 def _note(result, target: str, alternative: str) -> str:
