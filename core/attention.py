@@ -104,6 +104,20 @@ def is_induction_head(layer: int, probe_score: float | None) -> bool:
     return layer > 0 and probe_score is not None and probe_score >= STRONG_PATTERN
 
 
+def induction_verdict_scores(probe: torch.Tensor) -> torch.Tensor:
+    """The (L, H) scores `is_induction_head` reads, as one tensor: the probe's past layer 0, and 0 in layer 0,
+    where no head can be one. A head is an induction head where its score is at least STRONG_PATTERN."""
+    return probe * (torch.arange(probe.size(0)) > 0)[:, None]
+
+
+def induction_heads(probe: torch.Tensor | None) -> list[tuple[int, int]]:
+    """(layer, head) of every head that `is_induction_head` names, from each head's probe score (L, H)."""
+    if probe is None:
+        return []
+    return [(layer, head) for layer in range(probe.size(0)) for head in range(probe.size(1))
+            if is_induction_head(layer, float(probe[layer, head]))]
+
+
 def entropy_bits(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean entropy of each head's query rows in bits, and the same normalised to 0..1: two (L, H).
 

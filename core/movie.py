@@ -4,10 +4,18 @@ memory; each head's pattern scores at every snapshot; the moment an induction he
     movie = AttentionMovie(probe_ids, max_bytes=2 * 2**20)
     for event in trainer.run():
         if not event.done and movie.wants(event.step):
-            movie.add(event.step, trainer.probe_attention())
+            probe = trainer.induction_scores() if movie.probe_due(event.done) else None
+            movie.add(event.step, trainer.probe_attention(), probe)
     movie.frames[-1].maps                  # (L, H, T, T) float16, the last snapshot
-    steps, induction = movie.score_curve("induction")   # (F,) steps and (F, L, H) scores
+    steps, previous = movie.score_curve("previous-token")   # (F,) steps and (F, L, H) scores on the probe text
+    steps, induction = movie.induction_curve()  # (F, L, H) each head's induction verdict's score
     onset = induction_onset(movie)         # the first step from which an induction head stays formed
+
+Which head is an induction head is decided as on the Attention tab, by `core.attention.is_induction_head`:
+a head past layer 0 that follows the repeats in random tokens written twice (`probe_induction`, measured
+at every PROBED_EVERY-th snapshot and the last: it costs a few snapshots). The probe text's own induction
+score is no evidence: on a text that repeats with one period, a head that looks back a fixed distance
+scores as high (the copy task's layer-0 head does).
 
 When the snapshots outgrow `max_bytes`, every other one is dropped and snapshots are taken half
 as often: the movie always spans the whole run, ever more coarsely.
@@ -34,12 +42,18 @@ from PIL import Image, ImageDraw, ImageFont
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
-from core.attention import STRONG_PATTERN, pattern_scores
+from core.attention import induction_heads, induction_verdict_scores, pattern_scores
 from core.config import GPTConfig
 
 MOVIE_BYTES = 2 * 2**20  # a session's snapshots: 2 MiB (sixty learners: 120 MiB at most)
-ENCODED_MOVIE_BYTES = MOVIE_BYTES + (1 << 20)  # the maps, their steps (8 bytes each) and the header
-SCORED = ("previous-token", "first-token", "induction")  # the scores drawn under the loss curve
+# The maps; each frame's probe scores (4 bytes a head, at most 2 / T² of the maps' bytes: a quarter for a probe
+# of 3 tokens or more); their steps (8 bytes each) and the header.
+ENCODED_MOVIE_BYTES = MOVIE_BYTES + MOVIE_BYTES // 4 + (1 << 20)
+SCORED = ("previous-token", "first-token")  # the patterns scored on the probe text, drawn under the loss curve
+INDUCTION = "induction"  # drawn after them: the induction verdict's score (random tokens written twice)
+# The induction probe (two forward passes, each scored: about three snapshots' cost) runs at every 4th
+# snapshot and a run's last, so that the replay keeps most of its snapshots within the view budget.
+PROBED_EVERY = 4
 # The GIF: at most this wide, each head's map at most GIF_CELL_PX square; a frame per snapshot, the
 # last held longer. Its colours are the app's (plotly's "Blues", white = no weight), in a fixed palette.
 GIF_WIDTH_PX, GIF_CELL_PX, GIF_GAP_PX, GIF_CAPTION_PX = 720, 120, 4, 22
@@ -58,6 +72,7 @@ class Frame:
     step: int
     maps: torch.Tensor  # (L, H, T, T) float16: half the memory, about 3 significant digits
     scores: dict[str, torch.Tensor | None]  # pattern -> (L, H) chance-corrected score; None: the probe cannot show it
+    probe: torch.Tensor | None = None  # (L, H) float32 `probe_induction` at this step; None: not measured
 
 
 class AttentionMovie:
@@ -79,27 +94,44 @@ class AttentionMovie:
         """Whether a snapshot at `step` would be kept (compute the maps only then)."""
         return step % self.every == 0
 
-    def add(self, step: int, maps: list[torch.Tensor] | torch.Tensor) -> None:
-        """Keep the snapshot at `step`: per layer (H, T, T) maps, or one (L, H, T, T) tensor."""
+    def add(self, step: int, maps: list[torch.Tensor] | torch.Tensor, probe: torch.Tensor | None = None) -> None:
+        """Keep the snapshot at `step`: per layer (H, T, T) maps, or one (L, H, T, T) tensor, and each head's
+        `probe_induction` score (L, H) at that step (None where the context is too short for it). A snapshot
+        at the newest one's step takes its place (the run's last step, probed now)."""
         kept = (torch.stack(list(maps)) if not isinstance(maps, torch.Tensor) else maps).cpu().half()
         # scored as kept: a movie decoded from its maps (`decode_movie`) gets the very same scores
         scores = {name: None if result is None else result[1]
                   for name, result in pattern_scores(kept.float(), self.probe_ids).items() if name in SCORED}
-        frame = Frame(step, kept, scores)
+        if probe is not None and probe.shape != kept.shape[:2]:
+            raise ValueError(f"the probe scores are {tuple(probe.shape)} but the maps have "
+                             f"{tuple(kept.shape[:2])} heads")
+        frame = Frame(step, kept, scores, None if probe is None else probe.detach().float().cpu())
         if frame.maps.numel() * frame.maps.element_size() > self.max_bytes:
             raise ValueError(f"one snapshot takes {frame.maps.numel() * 2:,} bytes, more than the movie's "
                              f"{self.max_bytes:,}: use a shorter probe or a larger budget")
+        if self.frames and self.frames[-1].step == step:
+            self.frames.pop()
         self.frames.append(frame)
         while self.nbytes > self.max_bytes:  # thin out, keeping the first and the newest frames
             self.frames = self.frames[:-1][::2] + self.frames[-1:]
             self.every *= 2
+
+    def probe_due(self, done: bool) -> bool:
+        """Whether the snapshot about to be added should carry the induction probe's scores: every
+        PROBED_EVERY-th (the first included) and a run's last, whose verdict the replay states."""
+        return done or len(self.frames) % PROBED_EVERY == 0
+
+    def last_probed(self) -> Frame | None:
+        """The newest snapshot with the induction probe's scores (None: none has them)."""
+        return next((frame for frame in reversed(self.frames) if frame.probe is not None), None)
 
     def rewind(self, step: int) -> None:
         """Forget the snapshots after `step`: the training went back there (a divergence restores older weights)."""
         self.frames = [frame for frame in self.frames if frame.step <= step]
 
     def score_curve(self, pattern: str) -> tuple[list[int], torch.Tensor] | None:
-        """Each frame's step and the (F, L, H) scores of `pattern`; None where the probe cannot show it."""
+        """Each frame's step and the (F, L, H) scores of `pattern` on the probe text; None where the probe
+        cannot show it."""
         if pattern not in SCORED:
             raise ValueError(f"pattern must be one of {SCORED}, got {pattern!r}")
         kept = [frame for frame in self.frames if frame.scores[pattern] is not None]
@@ -107,14 +139,30 @@ class AttentionMovie:
             return None
         return [frame.step for frame in kept], torch.stack([frame.scores[pattern] for frame in kept])
 
+    def induction_curve(self) -> tuple[list[int], torch.Tensor] | None:
+        """Each measured frame's step and the (F, L, H) scores the induction verdict reads
+        (`induction_verdict_scores`: 0 in layer 0); None where no frame was measured."""
+        kept = [frame for frame in self.frames if frame.probe is not None]
+        if not kept:
+            return None
+        return [frame.step for frame in kept], torch.stack([induction_verdict_scores(frame.probe) for frame in kept])
+
+    def curves(self) -> dict[str, tuple[list[int], torch.Tensor] | None]:
+        """What the head scores chart draws, by name: each SCORED pattern's score on the probe text, then
+        INDUCTION, the induction verdict's score."""
+        return {**{pattern: self.score_curve(pattern) for pattern in SCORED}, INDUCTION: self.induction_curve()}
+
 
 def encode_movie(movie: AttentionMovie) -> bytes:
-    """The movie as safetensors bytes: its maps stacked (F, L, H, T, T) and their steps; the probe and the
-    pace as metadata. The scores are not kept: `decode_movie` computes them again from the maps."""
+    """The movie as safetensors bytes: its maps stacked (F, L, H, T, T), their steps and induction probe scores
+    (F, L, H; NaN where a frame was not measured); the probe text and the pace as metadata. The pattern scores
+    are not kept: `decode_movie` computes them again from the maps."""
     if not movie.frames:
         raise ValueError("the movie has no snapshots to encode")
+    unmeasured = torch.full(movie.frames[0].maps.shape[:2], float("nan"))
     tensors = {"maps": torch.stack([frame.maps for frame in movie.frames]).contiguous(),
-               "steps": torch.tensor([frame.step for frame in movie.frames], dtype=torch.int64)}
+               "steps": torch.tensor([frame.step for frame in movie.frames], dtype=torch.int64),
+               "probe": torch.stack([unmeasured if f.probe is None else f.probe for f in movie.frames]).contiguous()}
     metadata = {"probe_ids": json.dumps(movie.probe_ids), "every": str(movie.every), "max_bytes": str(movie.max_bytes)}
     return save_safetensors_bytes(tensors, metadata=metadata)
 
@@ -130,6 +178,7 @@ def decode_movie(data: bytes, config: GPTConfig) -> AttentionMovie:
         probe_ids, every = json.loads(metadata["probe_ids"]), int(metadata["every"])
         max_bytes = int(metadata["max_bytes"])
         maps, steps = tensors.pop("maps"), tensors.pop("steps")
+        probes = tensors.pop("probe", None)  # a movie stored before the probe scores were kept has none
     except Exception as error:  # safetensors, JSON, int() and a missing key each raise their own kinds
         raise ValueError(f"the movie is damaged ({type(error).__name__}: {str(error)[:200]})") from None
     if tensors or maps.dtype != torch.float16 or steps.dtype != torch.int64 or maps.dim() != 5 or steps.dim() != 1:
@@ -149,10 +198,21 @@ def decode_movie(data: bytes, config: GPTConfig) -> AttentionMovie:
         raise ValueError("the movie's steps do not go up one snapshot after another")
     if not bool(((maps >= 0) & (maps <= 1)).all()):  # NaN fails both
         raise ValueError("the movie's attention weights are not all between 0 and 1")
+    probes = [None] * frames if probes is None else _checked_probes(probes, maps.shape[:3])
     movie = AttentionMovie(probe_ids, every=every, max_bytes=max_bytes)
-    for step, frame in zip(steps.tolist(), maps):
-        movie.add(step, frame)  # its scores computed again; within the budget, nothing is thinned
+    for step, frame, probe in zip(steps.tolist(), maps, probes):
+        movie.add(step, frame, probe)  # its scores computed again; within the budget, nothing is thinned
     return movie
+
+
+def _checked_probes(probes: torch.Tensor, shape: tuple[int, int, int]) -> list[torch.Tensor | None]:
+    """A decoded movie's (F, L, H) probe scores, each frame's (L, H) or None (all NaN: not measured)."""
+    if probes.dtype != torch.float32 or tuple(probes.shape) != tuple(shape):
+        raise ValueError(f"the movie's probe scores are not float32 {tuple(shape)}: a score per snapshot and head")
+    measured = ~probes.isnan().flatten(1).all(1)  # (F,)
+    if not bool(((probes[measured] >= 0) & (probes[measured] <= 1)).all()):
+        raise ValueError("the movie's probe scores are not all between 0 and 1")
+    return [frame if is_measured else None for frame, is_measured in zip(probes, measured.tolist())]
 
 
 def evenly(items: list, limit: int) -> list:
@@ -163,18 +223,15 @@ def evenly(items: list, limit: int) -> list:
     return [items[i] for i in sorted(picks)]
 
 
-def induction_onset(movie: AttentionMovie, threshold: float = STRONG_PATTERN) -> int | None:
-    """The step of the first snapshot from which some head past layer 0 (where an induction head
-    can compose with an earlier one) keeps an induction score of at least `threshold` on the probe
-    to the end of the movie; None if none does."""
-    curve = movie.score_curve("induction")
-    if curve is None or curve[1].size(1) < 2:
+def induction_onset(movie: AttentionMovie) -> int | None:
+    """The step of the first probed snapshot from which some head is an induction head (`is_induction_head`,
+    as the Attention tab decides) in every probed snapshot to the end; None if none is at the last."""
+    probed = [frame for frame in movie.frames if frame.probe is not None]
+    formed = [bool(induction_heads(frame.probe)) for frame in probed]
+    if not formed or not formed[-1]:
         return None
-    steps, scores = curve
-    best = scores[:, 1:].flatten(1).max(dim=1).values  # (F,) the strongest candidate per snapshot
-    below = (best < threshold).nonzero().flatten()
-    first = 0 if len(below) == 0 else int(below[-1]) + 1
-    return steps[first] if first < len(steps) else None
+    first = len(formed) - formed[::-1].index(False) if False in formed else 0
+    return probed[first].step
 
 
 def movie_gif(movie: AttentionMovie, width: int = GIF_WIDTH_PX) -> bytes:

@@ -14,6 +14,10 @@ exactly the same windows, so greedy decoding gives identical tokens with and wit
 cache. The cached path costs one re-prefill per block_size / 2 new tokens instead of one
 full forward per token.
 
+Stopping early: `stop_tokens` ends the text at the first of them the model writes (that token
+included), e.g. a task model's newline, which ends its answer line; without them it writes
+`max_new_tokens` tokens whatever they are.
+
 Randomness: `seed` makes a fresh generator; otherwise a caller's `generator` (e.g. one per
 session) is used; with neither, torch's global RNG. Temperature 0 means greedy.
 
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -92,6 +96,15 @@ def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, t
         raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
     if top_p is not None and (not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+
+
+def check_stop_tokens(stop_tokens: Collection[int], vocab_size: int) -> frozenset[int]:
+    """The stop tokens as a set, each checked to be a token id of the vocabulary (ValueError otherwise)."""
+    if isinstance(stop_tokens, (str, bytes)) or not isinstance(stop_tokens, Collection):
+        raise ValueError(f"stop_tokens must be a collection of token ids, got {stop_tokens!r}")
+    if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < vocab_size for i in stop_tokens):
+        raise ValueError(f"stop tokens must be token ids in [0, {vocab_size})")
+    return frozenset(stop_tokens)
 
 
 def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -163,17 +176,28 @@ def generate(
     seed: int | None = None,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
+    stop_tokens: Collection[int] = (),
 ) -> torch.Tensor:
-    """Continue each row of idx (B, T) by `max_new_tokens` tokens -> (B, T + max_new_tokens)."""
+    """Continue each row of idx (B, T) by `max_new_tokens` tokens -> (B, T + max_new_tokens).
+
+    With `stop_tokens`, fewer once every row has written one of them: a row that stopped earlier
+    goes on with the others (the tensor stays rectangular), so cut each row at its first stop token.
+    """
     check_sampling(max_new_tokens, temperature, top_k, top_p)
+    stop = check_stop_tokens(stop_tokens, model.config.vocab_size)
     if idx.dim() != 2 or idx.size(1) == 0:
         raise ValueError(f"idx must be a (B, T) tensor with T >= 1, got shape {tuple(idx.shape)}")
     generator = _generator(seed, generator, idx.device)
     context = _Context(model, idx.size(1), use_cache)
+    stopped = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)  # (B,) rows that wrote a stop token
+    stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=idx.device)
     with _eval_mode(model):
         for _ in range(max_new_tokens):
             next_id = _choose(context.next_logits(idx), temperature, top_k, top_p, generator)
             idx = torch.cat([idx, next_id], dim=1)  # (B, T + 1)
+            stopped |= torch.isin(next_id[:, 0], stop_ids)
+            if stopped.all():
+                break
     return idx
 
 
@@ -191,8 +215,10 @@ def stream(
     generator: torch.Generator | None = None,
     use_cache: bool = True,
     n_alternatives: int = 5,
+    stop_tokens: Collection[int] = (),
 ) -> Iterator[TokenStep]:
-    """Generate one token at a time, each with its probability and the top alternatives.
+    """Generate one token at a time, each with its probability and the top alternatives; the first of
+    `stop_tokens` written is the last step.
 
     Concatenating the steps' `text` gives the decoded continuation, also for byte-level BPE
     tokens that split a character (the text appears once the character is complete).
@@ -205,6 +231,7 @@ def stream(
         raise ValueError(f"prompt token ids must be integers in [0, {vocab_size})")
     if not isinstance(n_alternatives, int) or n_alternatives < 1:
         raise ValueError(f"n_alternatives must be a positive integer, got {n_alternatives!r}")
+    stop = check_stop_tokens(stop_tokens, vocab_size)
 
     device = next(model.parameters()).device
     generator = _generator(seed, generator, device)
@@ -230,6 +257,8 @@ def stream(
             decoded = tokenizer.decode(new_ids).rstrip("\ufffd")
             text, shown = decoded[len(shown):], decoded
             yield TokenStep(token_id, text, probs[token_id].item(), alternatives)
+            if token_id in stop:
+                return
 
 
 def answer_questions(model: GPT, tokenizer: Tokenizer, ids: list[int], answer_tokens: tuple[int, int],
@@ -256,7 +285,8 @@ def answer_questions(model: GPT, tokenizer: Tokenizer, ids: list[int], answer_to
         if answer_length < 1:
             continue
         prompt = torch.tensor([question], device=device)
-        answer = generate(model, prompt, answer_length, generator=generator)[0, len(question):].tolist()
+        answer = generate(model, prompt, answer_length, generator=generator,
+                          stop_tokens=[newline])[0, len(question):].tolist()
         answer = answer[: answer.index(newline)] if newline in answer else answer  # the line ends there
         lines.append(tokenizer.decode(question[1:] + answer))
         written += len(question) + len(answer)

@@ -54,6 +54,15 @@ def optional_integer(value, name: str, low: int, high: int, *, cap: str = "") ->
     return integer(value, name, low, high, cap=cap)
 
 
+def flag(value, name: str, default: bool = False) -> bool:
+    """A checkbox's value: True or False (None, as an API caller may leave it, is `default`)."""
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise gr.Error(f"{name} must be true or false, got {_shown(value)}.")
+    return value
+
+
 def text(value, name: str, max_chars: int, *, allow_empty: bool = False, cap: str = "") -> str:
     """A string of at most `max_chars` characters; empty (or only whitespace) unless allowed."""
     if value is None:

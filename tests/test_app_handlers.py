@@ -336,7 +336,7 @@ def test_checkpoints_over_the_caps_are_refused(ctx, tmp_path):
 
 def test_generate_streams_tokens_with_probabilities(trained):
     ctx, _, gen = trained
-    updates = list(gen.generate("abc", 30, 0.8, 5, 0.9, 3, request="a"))
+    updates = list(gen.generate("abc", 30, 0.8, 5, 0.9, 3, False, request="a"))  # written on past a line end
     tokens, text, status = updates[-1]
     assert tokens[0] == ("↵\nabc", None) and len(tokens) == 31  # a copy-task prompt starts a line
     assert all(band in COLOR_MAP for _, band in tokens[1:])  # each token shaded by its probability band
@@ -367,7 +367,7 @@ def test_generate_seed_repeats_and_sessions_draw_independently(trained):
 
 def test_empty_prompt_starts_from_a_newline(trained):
     _, _, gen = trained
-    tokens, text, _ = list(gen.generate("", 10, 0.0, 0, 1.0, None, request="a"))[-1]
+    tokens, text, _ = list(gen.generate("", 10, 0.0, 0, 1.0, None, False, request="a"))[-1]
     assert tokens[0] == ("↵\n", None) and len(tokens) == 11 and text.startswith("\n")
 
 

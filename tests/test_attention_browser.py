@@ -186,3 +186,50 @@ def test_attention_at_phone_width_labels_heads_one_way(page):
     page.locator("#attention-text textarea").fill("HELLO")
     page.locator("#attention-run").click()
     page.get_by_text("not in this model's vocabulary").first.wait_for()
+
+
+def test_the_replay_note_and_the_attention_tab_agree_on_the_copy_task(page):
+    """The copy task's 8-back head sits in layer 0 and fails the probe: neither the replay note under the
+    Train tab's movie nor the Attention tab calls any head an induction head, at either width."""
+    for name, viewport in (("1366x900", LAPTOP), ("390x844", PHONE)):
+        page.set_viewport_size(viewport)
+        open_tab(page, "Train")
+        note = page.locator("#movie-note")
+        note.filter(has_text=f"No induction head at step {STEPS}").wait_for()
+        assert not re.search(r"induction L\d", note.inner_text())
+        note.scroll_into_view_if_needed()
+        page.screenshot(path=str(SCREENSHOTS / f"replay-note-copy-task-{name}.png"), full_page=True)
+        status = analyse_example(page)
+        assert "No induction head: no head past layer 0" in status
+        assert " induction (" not in status  # no head labelled induction among those to look at first
+        assert_no_errors(page)
+        page.screenshot(path=str(SCREENSHOTS / f"attention-copy-task-{name}.png"), full_page=True)
+
+
+def test_the_induction_probe_fits_induction_ropes_context(running_app, browser):
+    """induction-rope's model reads 40 tokens (RoPE could read more, but not as trained): at both widths the
+    probe writes at most 40, and the analysis has no 'past its training length' warning."""
+    page = new_page(browser, running_app[1] + "?preset=induction-rope&steps=5", **LAPTOP)
+    page.set_default_timeout(TIMEOUT_MS)
+    page.locator("#param-count").filter(has_text="parameters").filter(has_not_text="position embedding").wait_for()
+    set_number(page, "Steps", 5)  # the probe's length depends on the model's context, not its training
+    page.locator("#train-button").click()
+    page.locator("#train-status").filter(has_text="Done: 5 steps").wait_for()
+    for name, viewport in (("1366x900", None), ("390x844", PHONE)):
+        if viewport:
+            page.set_viewport_size(viewport)
+            open_tab(page, "Train")
+        open_tab(page, "Attention")
+        for _ in range(3):  # random lengths: each must fit
+            before = page.locator("#attention-text textarea").input_value()
+            page.get_by_role("button", name="Induction probe").click()
+            text = page.locator("#attention-text textarea")
+            page.wait_for_function("(b) => document.querySelector('#attention-text textarea').value !== b", arg=before)
+            n_tokens = len(text.input_value())  # one character, one token
+            assert 6 <= n_tokens <= 40
+            analyse(page, text.input_value(), n_tokens)
+            status = figures_drawn(page)
+            assert "Past its training length" not in status
+        assert_no_errors(page)
+        page.screenshot(path=str(SCREENSHOTS / f"attention-probe-induction-rope-{name}.png"), full_page=True)
+    page.close()

@@ -11,7 +11,8 @@ import gradio as gr
 import pytest
 import torch
 
-from core.attention import attention_maps, head_view, induction_probe, summarize_heads
+from core.attention import attention_maps, head_view, induction_probe, probe_induction, summarize_heads
+from core.movie import AttentionMovie, induction_onset
 from core.config import GPTConfig, stage_config
 from core.data import CORPORA, TokenData
 from core.model import GPT
@@ -24,6 +25,7 @@ from playground.sessions import SessionRegistry, TrainedModel
 from playground.settings import Settings
 from playground.tabs import attention as tab
 from playground.tabs.attention import analysis
+from playground.tabs.train.replay import MOVIE_FRAMES, movie_note
 
 VOCAB = "\n abcdefghijklmnopqrstuvwxyz|"
 PAYLOAD_LIMIT = 2_000_000
@@ -259,6 +261,21 @@ def test_induction_probe_repeats_itself_fits_and_varies_its_length(ctx, handlers
     handlers.analyse(text, "alice")
 
 
+@pytest.mark.parametrize("position", ["rope", "alibi", "none"])
+def test_induction_probe_fits_a_context_that_computed_positions_could_pass(position):
+    """induction-rope's 40-token model: its positions would read further, but it trained on 40."""
+    ctx = make_ctx(max_attention_tokens=200)
+    handlers = tab.AttentionHandlers(ctx)
+    give_model(ctx, block_size=40, position=position, n_head=2)
+    lengths = set()
+    for _ in range(12):
+        text = handlers.probe("alice")
+        lengths.add(len(text))
+        status = handlers.analyse(text, "alice")[0]
+        assert "Past its training length" not in status
+    assert max(lengths) <= 40 and len(lengths) > 1
+
+
 def test_model_changed_marks_an_analysis_stale(ctx, handlers):
     give_model(ctx)
     assert handlers.model_changed("alice") == gr.skip()  # no analysis on screen: the status stays as it is
@@ -277,17 +294,21 @@ STANDOUT = re.compile(r"L(\d+) H(\d+) ([a-z-]+) \((\d\.\d\d)\)")
 
 @pytest.fixture(scope="module")
 def copy_task():
-    """The default preset ("repeat") trained as the app trains it: its 8-back head has formed."""
+    """The default preset ("repeat") trained as the app trains it, its attention movie recorded: its 8-back
+    head has formed."""
     text, tokenizer = preset_corpus("repeat")
     config, train_config = preset_configs("repeat", tokenizer.vocab_size)
     model = GPT(config, generator=torch.Generator().manual_seed(train_config.seed))
     data = TokenData.from_text(text, tokenizer, config.block_size, answer_after=CORPORA["repeat"].answer_after)
     trainer = Trainer(model, data, train_config, tokenizer=tokenizer)
-    for _ in trainer.run():
-        pass
+    movie = AttentionMovie(trainer.probe_ids, every=train_config.max_iters // MOVIE_FRAMES)  # as the Train tab records
+    for event in trainer.run():
+        if movie.wants(event.step) or event.done:
+            probe = trainer.induction_scores() if movie.probe_due(event.done) else None
+            movie.add(event.step, trainer.probe_attention(), probe)
     handlers = tab.AttentionHandlers(make_ctx())
     session = handlers.ctx.registry.get("learner")
-    session.trained = TrainedModel(model, tokenizer, "Copy task")
+    session.trained = TrainedModel(model, tokenizer, "Copy task", movie=movie)
     return handlers, session
 
 
@@ -316,6 +337,20 @@ def test_copy_task_headline_table_and_board_agree(copy_task):
     induction_line = status.split("\n")[-1]
     assert set(re.findall(r"L\d+ H\d+", induction_line)) == passing
     assert induction_line.startswith("Induction heads" if passing else "No induction head")
+
+
+def test_copy_task_replay_note_agrees_with_the_attention_tab(copy_task):
+    """The replay note once named "induction L0 H1 (0.68)" here: the probe text is a copy-task line, where the
+    8-back head lands where an induction head would. It now gives the tab's verdict, by the same probe."""
+    handlers, session = copy_task
+    status = handlers.analyse(COPY_EXAMPLE, "learner")[0]
+    movie = session.trained.movie
+    assert torch.equal(movie.frames[-1].probe, probe_induction(session.model))  # the very scores the tab reads
+    assert status.split("\n")[-1].startswith("No induction head: no head past layer 0")
+    note = movie_note(movie, False)
+    assert f"No induction head at step {movie.frames[-1].step}: no head past layer 0" in note
+    assert not re.search(r"induction L\d", note) and induction_onset(movie) is None
+    assert movie.score_curve("previous-token") is not None and not movie.induction_curve()[1].any()
 
 
 def test_copy_task_probe_agrees_with_the_example(copy_task):

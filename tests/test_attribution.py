@@ -4,7 +4,7 @@ restores exactly what it should, the QK circuit is the model's own score, and ba
 import pytest
 import torch
 
-from core.attribution import MAX_CIRCUIT_VOCAB, circuits, logit_attribution, patch
+from core.attribution import MAX_CIRCUIT_VOCAB, MIN_PATCH_GAP, circuits, logit_attribution, patch
 from core.config import GPTConfig
 from core.interventions import head_steps
 from core.model import GPT
@@ -71,6 +71,24 @@ def test_patching_restores_exactly_where_the_texts_differ(options):
         (logits[1, result.target] - logits[1, result.alternative]).item(), abs=1e-4)
 
 
+def test_patching_draws_no_shares_of_a_gap_too_small_to_mean_anything():
+    """A freshly initialised model barely tells two texts apart: a gap of thousandths of a logit, where
+    each part's share would be its small effect divided by almost nothing. No shares then, and no runs."""
+    model = GPT(GPTConfig(vocab_size=30, n_layer=2, n_head=4, n_embd=32, block_size=16),
+                generator=torch.Generator().manual_seed(0))
+    clean = list(range(10))
+    corrupted = clean[:3] + [29] + clean[4:]
+    calls = []
+    model.blocks[1].register_forward_hook(lambda *_: calls.append(1))
+    result = patch(model, clean, corrupted)
+    assert 0 < abs(result.gap) < MIN_PATCH_GAP and not result.meaningful
+    assert result.gap == pytest.approx(result.clean_difference - result.corrupted_difference)
+    assert result.residual is None and result.heads is None
+    assert len(calls) == 2  # the clean run and the corrupted one: no part was patched
+    lively = patch(random_model(), clean, corrupted)  # far from its initialisation: a gap worth sharing
+    assert abs(lively.gap) >= MIN_PATCH_GAP and lively.meaningful and lively.heads.shape == (3, 4)
+
+
 def test_the_qk_circuit_is_the_heads_own_score_on_the_direct_path():
     """Without position embeddings, layer 0 reads each token's embedding alone: the QK circuit's entry for
     (query token, key token) is the head's scaled score, step by step."""
@@ -83,6 +101,49 @@ def test_the_qk_circuit_is_the_heads_own_score_on_the_direct_path():
             assert circuit.qk[query_token, key_token].item() == pytest.approx(steps.scaled[0].item(), abs=1e-4)
         assert -1 <= circuit.copying_score <= 1
     assert circuits(random_model(), 1, 2).positional_qk.shape == (16, 16)
+
+
+def layer0_scores(model: GPT, ids: list[int]) -> torch.Tensor:
+    """Layer 0's scaled scores q.k (H, T, T) from the model's own hooks (queries and keys before RoPE turns
+    them; ALiBi's penalty is added after), before the mask and the softmax."""
+    seen = {}
+    attn = model.blocks[0].attn
+    handles = [attn.hook_q.register_forward_hook(lambda _m, _i, q: seen.__setitem__("q", q[0])),
+               attn.hook_k.register_forward_hook(lambda _m, _i, k: seen.__setitem__("k", k[0]))]
+    try:
+        with torch.no_grad():
+            model.eval()(torch.tensor([ids]))
+    finally:
+        for handle in handles:
+            handle.remove()
+    q, k = seen["q"], seen["k"].repeat_interleave(model.config.n_head // model.config.kv_heads, dim=0)
+    return q @ k.transpose(-1, -2) / q.size(-1) ** 0.5
+
+
+@pytest.mark.parametrize("position", ["none", "rope", "alibi"])
+def test_the_qk_circuit_is_layer_zeros_score_wherever_the_tokens_stand_without_learned_positions(position):
+    """What `Circuits` claims: where the stream holds the token alone, qk[a, b] is the score layer 0 gives
+    query token a over key token b before its positions act, at any places in any text."""
+    model = random_model(position=position, n_kv_head=2)
+    ids = torch.randint(30, (16,), generator=torch.Generator().manual_seed(1)).tolist()
+    scores = layer0_scores(model, ids)  # (H, T, T)
+    for head in range(4):
+        qk = circuits(model, 0, head).qk
+        expected = qk[torch.tensor(ids)[:, None], torch.tensor(ids)[None, :]]  # (T, T): query token x key token
+        assert torch.allclose(scores[head], expected, atol=1e-4), (scores[head] - expected).abs().max()
+
+
+def test_with_learned_positions_the_qk_circuit_is_not_layer_zeros_score():
+    """Learned positions are added before layer 0's norm: the token circuit, the positional one, nor their sum
+    is the score (the docs say so rather than claim it)."""
+    model = random_model()
+    ids = torch.randint(30, (16,), generator=torch.Generator().manual_seed(1)).tolist()
+    scores, tokens = layer0_scores(model, ids), torch.tensor(ids)
+    for head in range(4):
+        circuit = circuits(model, 0, head)
+        by_token = circuit.qk[tokens[:, None], tokens[None, :]]
+        assert (scores[head] - by_token).abs().max() > 1
+        assert (scores[head] - by_token - circuit.positional_qk).abs().max() > 1
 
 
 def test_a_head_that_copies_has_a_copying_score_near_one():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import plotted
-from core.movie import SCORED, AttentionMovie, induction_onset
+from core.movie import INDUCTION, SCORED, AttentionMovie, induction_onset
 from playground.tabs.attention import AttentionHandlers
 from playground.tabs.generate import GenerateHandlers
 from playground.tabs.train import replay as train_tab
@@ -73,7 +73,12 @@ def test_a_run_records_its_attention_and_replays_any_frame(train, ctx):
     assert len(steps) >= 5 and steps == sorted(set(steps)) and steps[-1] == 30  # the last step has its frame
     note, scores = updates[-1][6], updates[-1][7]
     assert f"{len(steps)} snapshots of steps {steps[0]}–30 (at most one every step;" in note and "of at most 2 MiB" in note
-    assert len(plotted(scores).data) == 2 * len(SCORED)  # the strongest heads of each pattern: both heads here
+    # the strongest heads of each pattern and of the induction verdict's scores: both heads here
+    assert len(plotted(scores).data) == 2 * len(movie.curves()) == 2 * (len(SCORED) + 1)
+    probed = movie.induction_curve()[0]  # the first snapshot, every 4th after it and the last
+    assert probed[0] == 1 and probed[-1] == 30 and len(probed) < len(steps)
+    assert not movie.induction_curve()[1].any()  # one layer: no head past layer 0 to be one
+    assert "No induction head at step 30: no head past layer 0" in note
     figure = plotted(train.replay(steps[2] + 0.5, "a"))  # between two snapshots: the one before
     assert f"at step {steps[2]}" in figure.layout.title.text and figure.data
     assert train.movie_after_run("a") == {"maximum": 30, "value": 30, "__type__": "update"}
@@ -98,7 +103,8 @@ def test_the_attention_movie_endpoint_round_trips(train, ctx):
     assert len(answer["probe_tokens"]) == len(movie.probe_ids) and answer["max_bytes"] == movie.max_bytes
     last, frame = answer["frames"][-1], movie.frames[-1]
     assert torch.allclose(torch.tensor(last["maps"]), frame.maps.float(), atol=6e-4)
-    assert set(last["scores"]) == set(SCORED)
+    assert set(last["scores"]) == {*SCORED, INDUCTION}  # the last snapshot is always probed
+    assert torch.tensor(last["scores"][INDUCTION]).shape == frame.probe.shape
     assert all(len(str(v)) <= 5 for v in last["maps"][0][0][-1])  # rounded to 3 decimals: "0.123"
 
 
@@ -135,25 +141,38 @@ def test_a_long_run_stays_under_the_movie_memory_cap(train, ctx, monkeypatch):
 # ---------------------------------------------------------------- head scores over training
 
 
+def probe_scores(score: float) -> torch.Tensor:
+    """(L, H) induction scores on random tokens written twice: `score` at layer 1, head 2, 0.1 elsewhere."""
+    scores = torch.full((2, 3), 0.1)
+    scores[1, 2] = score
+    return scores
+
+
 def test_the_head_scores_mark_when_an_induction_head_forms():
     movie = AttentionMovie(PROBE)
     for step in range(10, 110, 10):
-        movie.add(step, with_induction_head() if step >= 60 else uniform())
+        formed = step >= 60
+        movie.add(step, with_induction_head() if formed else uniform(), probe_scores(0.9 if formed else 0.2))
     assert induction_onset(movie) == 60
     figure = json.loads(train_tab.scores_plot(movie).plot)
     layout = figure["layout"]
     assert [shape["x0"] for shape in layout["shapes"]] == [60] * 3  # through every panel
     assert any(a["text"] == "induction head forms (step 60)" for a in layout["annotations"])
     induction = [trace for trace in figure["data"] if trace["xaxis"] == "x3"]
-    assert max(max(trace["y"]) for trace in induction) > 0.9  # the head that formed is among the lines drawn
+    assert max(max(trace["y"]) for trace in induction) == pytest.approx(0.9)  # the head that formed is drawn
+    note = train_tab.movie_note(movie, False)
+    assert ("Induction heads at step 100, by the probe (random tokens written twice): L1 H2 (0.90); one formed at "
+            "step 60.") in note
 
 
 def test_no_marker_without_an_induction_head():
     movie = AttentionMovie(PROBE)
-    for step in (1, 2, 3):
-        movie.add(step, uniform())
+    for step in (1, 2, 3):  # the probe text's repeats followed, by a head that fails the probe
+        movie.add(step, with_induction_head(), probe_scores(0.2))
     layout = json.loads(train_tab.scores_plot(movie).plot)["layout"]
     assert "shapes" not in layout and not any("induction head forms" in a["text"] for a in layout["annotations"])
+    note = train_tab.movie_note(movie, False)
+    assert "No induction head at step 3: no head past layer 0 follows the repeats" in note and "induction L" not in note
 
 
 def test_play_steps_through_the_snapshots_and_pauses_at_the_end(train, ctx):
@@ -239,3 +258,18 @@ def test_every_note_that_describes_the_model_matches_how_it_was_built(train, ctx
     positioned = switch != "use_position_embedding"
     assert ("**Positions:** each token's vector had its position's learned embedding" in note) == positioned
     assert ("**No positions**" in note) != positioned
+
+
+def test_the_last_step_is_probed_even_where_its_snapshot_came_before_the_run_ended():
+    """A snapshot taken at the final step before the 'done' event, between probes: the done event records it
+    again with the probe, so the replay's verdict is of the final model."""
+    from types import SimpleNamespace
+    movie = AttentionMovie(PROBE)
+    movie.add(1, uniform(), probe_scores(0.2))
+    movie.add(5, uniform())  # not a 4th snapshot: no probe
+    assert train_tab.snapshot_due(movie, SimpleNamespace(step=5, done=True), affordable=False)
+    assert not train_tab.snapshot_due(movie, SimpleNamespace(step=5, done=False), affordable=True)
+    movie.add(5, with_induction_head(), probe_scores(0.9))  # takes the unprobed snapshot's place
+    assert [(f.step, f.probe is not None) for f in movie.frames] == [(1, True), (5, True)]
+    assert not train_tab.snapshot_due(movie, SimpleNamespace(step=5, done=True), affordable=True)
+    assert induction_onset(movie) == 5

@@ -1,10 +1,11 @@
 """The Generate tab in headless Chromium: train the default task through the Train tab at a laptop's
 width, generate, click a token and see it marked, then type characters the model has never seen and
 see which ones, and which it knows, while the previous output stays and nothing shows an error; then
-type the README's example at temperature 0 and see it copied right, and a word of another length
-named as unlike the training words; then the same page narrowed to a phone's width, where the same is
-done again (without training again). Screenshots at both widths go to tests/screenshots/ for a person
-to look at."""
+type the README's example at temperature 0 and see it copied right and stopped at the end of its
+answer line, said in the status (unticked, it writes on past it), and a word of another length named
+as unlike the training words; then the same page narrowed to a phone's width, where the same is done
+again (without training again). Screenshots at both widths go to tests/screenshots/ for a person to
+look at."""
 
 import pytest
 from conftest import SCREENSHOTS
@@ -85,20 +86,36 @@ def refuse_unknown_characters(page) -> None:
 
 
 def copy_the_readmes_example(page) -> None:
-    """The README's `qwhzbkad|`, typed as shown, at temperature 0: copied right, after the line break the
-    tab puts before a copy-task prompt, shown as ↵ and said in the status. Then a 5-letter word: named."""
+    """The README's `qwhzbkad|`, typed as shown, at temperature 0 and the tab's 200 new tokens: copied right,
+    after the line break the tab puts before a copy-task prompt, shown as ↵ and said in the status, and
+    stopped at the end of the answer line, said too. Unticked, it writes on past the ↵. Then a 5-letter
+    word: named."""
     close_toasts(page)  # the refusal's, so that the screenshots show the page
     set_number(page, "Temperature (0 = always the likeliest)", 0)
-    set_number(page, "Max new tokens", 9)
+    set_number(page, "Max new tokens", 200)
+    stop_line = page.get_by_label("Stop at the end of the answer line")
+    expect(stop_line).to_be_visible()
+    expect(stop_line).to_be_checked()
     page.locator("#prompt textarea").fill("qwhzbkad|")
     page.locator("#generate-button").click()
     expect(page.locator("#generated-text textarea")).to_have_value("\nqwhzbkad|qwhzbkad\n")
     prompt = page.locator("#generated-tokens .token")
     expect(prompt.nth(0)).to_have_text("↵")
     expect(prompt.nth(1)).to_have_text("qwhzbkad|")
-    expect(page.locator("#generate-status")).to_contain_text("The prompt starts after a line break")
+    status = page.locator("#generate-status")
+    expect(status).to_contain_text("9 tokens.")
+    expect(status).to_contain_text("Stopped at the end of the answer line (↵)")
+    expect(status).to_contain_text("The prompt starts after a line break")
     assert_no_errors(page)
     shot(page, "3-readme-example")
+
+    stop_line.uncheck()
+    page.locator("#generate-button").click()
+    expect(status).to_contain_text("200 tokens.")
+    expect(status).not_to_contain_text("Stopped at the end")
+    assert page.locator("#generated-text textarea").input_value().startswith("\nqwhzbkad|qwhzbkad\n")
+    shot(page, "3-written-on")
+    stop_line.check()
 
     page.locator("#prompt textarea").fill("hello|")
     page.locator("#generate-button").click()

@@ -10,7 +10,9 @@ import pytest
 from playground.app import build_app
 from playground.sessions import TrainedModel
 from playground.figures.generation import CHOSEN_COLOR, alternatives_figure
-from playground.tabs.generate import COLOR_MAP, INSPECTED, LINE_START_NOTE, PROBABILITY_BANDS, GenerateHandlers
+from playground.tabs.generate import (
+    COLOR_MAP, INSPECTED, LINE_START_NOTE, PROBABILITY_BANDS, STOPPED_NOTE, GenerateHandlers,
+)
 from playground.tabs.train import TrainHandlers
 from test_app_handlers import make_ctx, run_train
 
@@ -152,12 +154,31 @@ def test_a_task_models_prompt_starts_after_a_line_break_shown_and_said(tab):
 
 def test_questions_unlike_the_training_ones_are_named_and_still_answered(tab):
     _, handlers = tab
-    _, text, status = last(handlers.generate("hello|", 5, 0.0, 0, 1.0, -1, request="a"))
+    _, text, status = last(handlers.generate("hello|", 5, 0.0, 0, 1.0, -1, False, request="a"))
     assert text.startswith("\nhello|") and len(text) == len("\nhello|") + 5  # it still writes
     assert status.endswith(f"{LINE_START_NOTE}  \n⚠️ This model was trained on 8-letter words (a–z) before `|`: "
                            "`hello` has 5 letters. It never saw such a question, so what it writes for one is a guess.")
     _, _, status = last(handlers.generate("a|\nbb|\nccc|\n|", 5, 0.0, 0, 1.0, -1, request="a"))
     assert ("`a` has 1 letter; `bb` has 2 letters; `ccc` has 3 letters (and 1 more). It never saw" in status)
+
+
+def test_a_task_model_stops_at_the_end_of_its_answer_line_and_says_so(tab):
+    """By default (the API's too) the answer ends at the first ↵ the model writes, shown and said; unticked,
+    it writes on into the next line's random letters."""
+    ctx, handlers = tab
+    prompt = "\nhello|"
+    tokens, text, status = last(handlers.generate("hello|", 30, 0.0, 0, 1.0, -1, request="a"))
+    steps = ctx.registry.get("a").last_steps
+    assert len(steps) < 30 and text.endswith("\n") and "\n" not in text[len(prompt):-1]
+    assert tokens[-1][0] == "↵\n" and STOPPED_NOTE in status
+    assert status.index(STOPPED_NOTE) < status.index(LINE_START_NOTE)
+    _, on, status = last(handlers.generate("hello|", 30, 0.0, 0, 1.0, -1, False, request="a"))
+    assert len(ctx.registry.get("a").last_steps) == 30 and on.startswith(text) and len(on) > len(text)
+    assert STOPPED_NOTE not in status and "Stop at the end" not in status
+    with pytest.raises(gr.Error, match="Stop at the end of the answer line must be true or false"):
+        list(handlers.generate("hello|", 30, 0.0, 0, 1.0, -1, "yes", request="a"))
+    assert handlers.line_end_option("a")["visible"] is True  # the checkbox is shown for a task model
+    assert handlers.line_end_option("nobody")["visible"] is False
 
 
 def test_a_model_not_trained_on_a_task_reads_the_prompt_as_typed(tab):
@@ -166,6 +187,10 @@ def test_a_model_not_trained_on_a_task_reads_the_prompt_as_typed(tab):
     ctx.registry.get("text").trained = TrainedModel(own.model, own.tokenizer, "your text")  # no task
     tokens, text, status = last(handlers.generate("ab", 5, 0.0, 0, 1.0, -1, request="text"))
     assert tokens[0] == ("ab", None) and text.startswith("ab") and status.endswith("else the model considered.")
+    _, text, _ = last(handlers.generate("hello|", 30, 0.0, 0, 1.0, -1, request="text"))
+    assert len(text) == len("hello|") + 30  # no answer line to stop at: it writes on past a ↵
+    assert "\n" in text[len("hello|"):-1]
+    assert handlers.line_end_option("text")["visible"] is False
 
 
 # ---------------------------------------------------------------- requests the model cannot serve

@@ -40,7 +40,7 @@ TINY = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_l
             eval_interval=10, weight_decay=0.01, grad_clip=1.0, text="", upload=None,
             position="learned", norm="layernorm", activation="gelu", n_kv_head=0, window=0)
 # The Generate form: prompt, max new tokens, temperature, top-k, top-p, seed.
-GENERATE = ["qwhzbkad|", 5, 0.8, 0, 1.0, 1]
+GENERATE = ["qwhzbkad|", 5, 0.8, 0, 1.0, 1, True]  # raw calls send every field, the stop at the line end too
 
 
 class Hostile:
@@ -347,7 +347,8 @@ def generator(app):
 @pytest.mark.parametrize("index, bad, name", [
     (0, 12345, "Prompt"), (1, "abc", "Max new tokens"), (1, None, "Max new tokens"), (2, math.nan, "Temperature"),
     (2, [], "Temperature"), (3, math.inf, "Top-k"), (3, True, "Top-k"), (4, "x", "Top-p"), (5, 0.5, "Seed"),
-    (5, math.nan, "Seed"),
+    (5, math.nan, "Seed"), (6, "yes", "Stop at the end of the answer line"),
+    (6, 1, "Stop at the end of the answer line"),
 ])
 def test_every_generation_field_answers_bad_values_with_its_name(app, generator, index, bad, name):
     data = list(GENERATE)
@@ -396,8 +397,8 @@ def test_every_ladder_field_answers_bad_values_with_its_name_and_nothing_climbs(
 
 def test_a_tiny_temperature_samples_the_likeliest_tokens(app):
     app.ok("train", form(steps=200), "cold")
-    _, text, _ = app.ok("generate", ["qwhzbkad|", 8, 1e-300, 0, 1.0, 1], "cold")
-    _, greedy, _ = app.ok("generate", ["qwhzbkad|", 8, 0, 0, 1.0, 1], "cold")
+    _, text, _ = app.ok("generate", ["qwhzbkad|", 8, 1e-300, 0, 1.0, 1, True], "cold")
+    _, greedy, _ = app.ok("generate", ["qwhzbkad|", 8, 0, 0, 1.0, 1, True], "cold")
     assert text == greedy
 
 

@@ -143,3 +143,26 @@ def test_every_tool_reads_at_phone_width(page):
             assert title["left"] >= drawn["x"] and title["right"] <= drawn["x"] + drawn["width"] + 1, (
                 figure, title, drawn)
     assert_no_errors(page)
+
+
+def test_patching_a_pair_whose_answers_barely_differ_draws_no_shares(page):
+    """The copy pair's corrupted text changed where the answer does not depend on it (the h, not the f): the
+    answers move by thousandths of a logit; the note says so and the shares of the copy pair before it go."""
+    for width, viewport in (("1366x900", {"width": 1366, "height": 900}), ("390x844", PHONE)):
+        page.set_viewport_size(viewport)
+        open_tab(page, "Train")
+        open_tab(page, "Attention")
+        open_section(page, "patching")
+        page.locator("#patching-clean textarea").fill("\nabcdefgh|abcde")
+        page.locator("#patching-corrupted textarea").fill("\nabcdeqgh|abcde")
+        page.locator("#patching-run").click()
+        page.locator("#patching-note").get_by_text("brings back the most").wait_for()
+        page.locator("#patching-heads .main-svg").first.wait_for()
+        page.locator("#patching-corrupted textarea").fill("\nabcdefgz|abcde")
+        page.locator("#patching-run").click()
+        page.locator("#patching-note").get_by_text("The corruption moves the answer by only").wait_for()
+        assert "so none is drawn" in page.locator("#patching-note").inner_text()
+        for figure in ("patching-residual", "patching-heads"):
+            assert page.locator(f"#{figure} .main-svg").count() == 0, figure
+        assert_no_errors(page)
+        page.locator("#patching-section").screenshot(path=str(SCREENSHOTS / f"inside-{width}-patching-tiny-gap.png"))

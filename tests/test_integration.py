@@ -101,9 +101,13 @@ def test_trainings_share_the_server_instead_of_queueing(url, registry):
 
 
 def test_generate_streams_and_tokens_can_be_inspected(trained):
-    job = trained.submit("abc", 40, 0.8, 0, 1.0, 5, api_name="/generate")
+    job = trained.submit("abc", 40, 0.8, 0, 1.0, 5, False, api_name="/generate")
     tokens, text, status = job.result(timeout=60)
     assert text.startswith("\nabc") and len(tokens) == 41 and status.startswith("40 tokens")  # a copy-task line
+    # left out, stop_at_line_end is true: the same draws, up to the end of the first line written
+    _, line, status = trained.predict("abc", 40, 0.8, 0, 1.0, 5, api_name="/generate")
+    end = text.index("\n", 1) + 1
+    assert line == text[:end] and "Stopped at the end of the answer line" in status
     assert all(isinstance(t["class_or_confidence"], str) for t in tokens[1:])  # a probability band's name
     figure, info = trained.predict(2, api_name="/inspect_token")
     assert info.startswith("Token 2") and figure is not None
@@ -171,6 +175,8 @@ def test_bad_generation_input_through_the_api(trained):
     assert "not in this model's vocabulary" in trained.predict("ABC", 10, 1.0, 0, 1.0, None, api_name="/generate")[2]
     with pytest.raises(AppError, match="Top-p must be at least 0.01"):
         trained.predict("abc", 10, 1.0, 0, -1.0, None, api_name="/generate")
+    with pytest.raises(AppError, match="Stop at the end of the answer line must be true or false"):
+        trained.predict("abc", 10, 1.0, 0, 1.0, None, "no", api_name="/generate")
 
 
 def test_binary_upload_is_refused(url, tmp_path):

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from core.config import GPTConfig
-from core.movie import MOVIE_BYTES, AttentionMovie, decode_movie, encode_movie, induction_onset
+from core.attention import STRONG_PATTERN, is_induction_head, pattern_scores
+from core.movie import INDUCTION, MOVIE_BYTES, SCORED, AttentionMovie, decode_movie, encode_movie, induction_onset
 
 PROBE = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9]  # a repeat: induction targets exist from position 5 on
 L, H, T = 2, 3, len(PROBE)
@@ -23,6 +24,13 @@ def with_induction_head(layer: int = 1, head: int = 2) -> torch.Tensor:
     for q in range(T):
         maps[layer, head, q, q - 4 if q >= 5 else q] = 1.0  # PROBE[q - 5] == PROBE[q]: the key after it is q - 4
     return maps
+
+
+def probe(score: float = 0.9, layer: int = 1, head: int = 2) -> torch.Tensor:
+    """(L, H) induction scores on random tokens written twice: 0.1 everywhere but `score` at one head."""
+    scores = torch.full((L, H), 0.1)
+    scores[layer, head] = score
+    return scores
 
 
 def test_memory_stays_under_the_budget_and_the_movie_spans_the_whole_run():
@@ -44,24 +52,45 @@ def test_a_snapshot_larger_than_the_budget_is_refused():
         AttentionMovie(PROBE, max_bytes=100).add(1, uniform())
 
 
-def test_scores_follow_the_heads_and_the_onset_is_when_induction_stays():
+def test_scores_follow_the_heads_and_the_onset_is_when_the_probe_finds_an_induction_head():
+    """The onset is the Attention tab's verdict (random tokens written twice, past layer 0) lasting to the end."""
     movie = AttentionMovie(PROBE)
     for step in range(1, 11):
-        movie.add(step, with_induction_head() if step in (3, 6, 7, 8, 9, 10) else uniform())
-    steps, induction = movie.score_curve("induction")
+        formed = step in (3, 6, 7, 8, 9, 10)
+        movie.add(step, with_induction_head() if formed else uniform(), probe(0.9 if formed else 0.2))
+    steps, induction = movie.induction_curve()
     assert steps == list(range(1, 11)) and induction.shape == (10, L, H)
-    assert induction[5, 1, 2] > 0.9 and induction[0].max() < 0.05
+    assert induction[5, 1, 2] == pytest.approx(0.9) and induction[0, 1, 2] == pytest.approx(0.2)
+    assert not induction[:, 0].any()  # layer 0 scores 0: no head there can be one
     assert induction_onset(movie) == 6  # step 3's flash does not count: it did not last
     previous = movie.score_curve("previous-token")[1]
     assert previous.max() < 0.05
+    assert list(movie.curves()) == [*SCORED, INDUCTION]
+
+
+def test_the_probe_texts_own_repeats_are_no_evidence_of_an_induction_head():
+    """The copy task's case: on a text that repeats with one period a head that looks back a fixed distance
+    lands where an induction head would; on random tokens written twice it does not: no induction head."""
+    movie = AttentionMovie(PROBE)
+    for step in (1, 2, 3):
+        movie.add(step, with_induction_head(), probe(0.1))
+    text_scores = pattern_scores(movie.frames[-1].maps.float(), PROBE)["induction"][1]
+    assert text_scores[1, 2] > STRONG_PATTERN  # the probe text alone would say induction
+    assert induction_onset(movie) is None and movie.induction_curve()[1].max() < STRONG_PATTERN
 
 
 def test_no_onset_without_a_head_past_layer_zero():
     movie = AttentionMovie(PROBE)
-    movie.add(1, with_induction_head(layer=0))  # layer 0 cannot compose with an earlier head
-    assert induction_onset(movie) is None
+    movie.add(1, with_induction_head(layer=0), probe(0.95, layer=0))  # layer 0 cannot compose with an earlier head
+    assert induction_onset(movie) is None and not is_induction_head(0, 0.95)
+    assert movie.induction_curve()[1][0, 0].max() == 0  # its 0.95 counts for nothing
+    unmeasured = AttentionMovie(PROBE)
+    unmeasured.add(1, with_induction_head())  # no probe scores (a context too short for the probe)
+    assert induction_onset(unmeasured) is None and unmeasured.induction_curve() is None
     with pytest.raises(ValueError, match="pattern"):
         movie.score_curve("mirror")
+    with pytest.raises(ValueError, match="probe scores"):
+        movie.add(2, uniform(), torch.zeros(L, H + 1))
 
 
 def test_the_gif_has_a_frame_per_snapshot_in_the_apps_colours():
@@ -115,7 +144,7 @@ CONFIG = GPTConfig(vocab_size=10, block_size=16, n_layer=L, n_head=H, n_embd=12)
 def recorded() -> AttentionMovie:
     movie = AttentionMovie(PROBE, every=5, max_bytes=MOVIE_BYTES)
     for step in (5, 10, 15):
-        movie.add(step, uniform() if step < 15 else with_induction_head())
+        movie.add(step, uniform() if step < 15 else with_induction_head(), probe(0.2 if step < 15 else 0.9))
     return movie
 
 
@@ -127,7 +156,19 @@ def test_a_movie_comes_back_as_it_was_with_its_scores():
     for ours, theirs in zip(back.frames, movie.frames):
         assert torch.equal(ours.maps, theirs.maps)
         assert all(torch.equal(ours.scores[k], theirs.scores[k]) for k in theirs.scores if theirs.scores[k] is not None)
+        assert torch.equal(ours.probe, theirs.probe)
     assert induction_onset(back) == induction_onset(movie) == 15
+
+
+def test_a_movie_stored_before_the_probe_scores_were_kept_comes_back_untested():
+    data = damaged()  # maps and steps only, as the state store kept movies before
+    back = decode_movie(data, CONFIG)
+    assert [f.step for f in back.frames] == [5, 10, 15] and all(f.probe is None for f in back.frames)
+    assert induction_onset(back) is None
+    movie = recorded()
+    movie.frames[0] = type(movie.frames[0])(5, movie.frames[0].maps, movie.frames[0].scores)  # one not measured
+    back = decode_movie(encode_movie(movie), CONFIG)
+    assert back.frames[0].probe is None and torch.equal(back.frames[2].probe, movie.frames[2].probe)
 
 
 def damaged(**changes) -> bytes:
@@ -138,7 +179,7 @@ def damaged(**changes) -> bytes:
     tensors = {"maps": torch.stack([f.maps for f in movie.frames]), "steps": torch.tensor([5, 10, 15])}
     metadata = {"probe_ids": str(PROBE), "every": "5", "max_bytes": str(MOVIE_BYTES)}
     for key, value in changes.items():
-        (tensors if key in tensors or key == "extra" else metadata)[key] = value
+        (tensors if key in tensors or key in ("extra", "probe") else metadata)[key] = value
     return save(tensors, metadata=metadata)
 
 
@@ -151,6 +192,9 @@ def damaged(**changes) -> bytes:
     (damaged(maps=torch.full((3, L, H, T, T), float("nan"), dtype=torch.float16)), CONFIG, "between 0 and 1"),
     (damaged(maps=torch.ones(3, L, H, T, T)), CONFIG, "float16 maps"),
     (damaged(extra=torch.zeros(1)), CONFIG, "float16 maps"),
+    (damaged(probe=torch.zeros(3, L, H + 1)), CONFIG, "probe scores are not float32"),
+    (damaged(probe=torch.zeros(3, L, H, dtype=torch.float16)), CONFIG, "probe scores are not float32"),
+    (damaged(probe=torch.full((3, L, H), 2.0)), CONFIG, "not all between 0 and 1"),
     (damaged(probe_ids="[5, 6]"), CONFIG, "vocabulary and context"),
     (damaged(every="0"), CONFIG, "out of bounds"),
     (damaged(max_bytes=str(10 * MOVIE_BYTES)), CONFIG, "out of bounds"),

@@ -55,7 +55,7 @@ def ctx(tiny_gpt2_folder):
 
 def generated(ctx, session: str, prompt: str = "Hello", n: int = 5) -> str:
     """The status of one /generate call (greedy)."""
-    return list(GenerateHandlers(ctx).generate(prompt, n, 0.0, 0, 1.0, 1, session))[-1][2]
+    return list(GenerateHandlers(ctx).generate(prompt, n, 0.0, 0, 1.0, 1, request=session))[-1][2]
 
 
 def test_gpt2_is_loaded_once_and_generate_and_attention_read_it(ctx):

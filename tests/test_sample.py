@@ -155,6 +155,24 @@ def test_stream_matches_generate_and_reports_probabilities(model):
         assert chosen == pytest.approx(step.prob)
 
 
+def test_stop_tokens_end_the_text_at_the_first_one_written(model):
+    prompt = TOKENIZER.encode("abc")
+    free = list(stream(model, TOKENIZER, prompt, 40, seed=3))
+    ids = [s.token_id for s in free]
+    stop = ids[5]  # a token the model writes, first at or before step 6
+    first = ids.index(stop)
+    stopped = list(stream(model, TOKENIZER, prompt, 40, seed=3, stop_tokens=[stop]))
+    assert [s.token_id for s in stopped] == ids[:first + 1]  # the same draws, up to the stop token included
+    # generate: the rows go on together until each has written one; each row is as it would be alone
+    rows = torch.tensor([prompt, TOKENIZER.encode("pon")])
+    alone = generate(model, rows, 40, temperature=0)[:, 3:].tolist()
+    stops = {alone[0][2], alone[1][4]}
+    firsts = [next(i for i, token in enumerate(row) if token in stops) for row in alone]
+    together = generate(model, rows, 40, temperature=0, stop_tokens=stops)
+    assert together.size(1) == 3 + max(firsts) + 1
+    assert together[:, 3:].tolist() == [row[:max(firsts) + 1] for row in alone]
+
+
 def test_stream_probability_is_the_models(model):
     prompt = TOKENIZER.encode("ab")
     step = next(stream(model, TOKENIZER, prompt, 1, temperature=0))
@@ -174,6 +192,8 @@ def test_generation_restores_the_models_mode(model):
     (dict(temperature=-1.0), "temperature"), (dict(temperature=float("inf")), "temperature"),
     (dict(top_k=0), "top_k"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"),
     (dict(max_new_tokens=-1), "max_new_tokens"), (dict(seed="x"), "seed"),
+    (dict(stop_tokens=[16]), "stop tokens"), (dict(stop_tokens=[True]), "stop tokens"),
+    (dict(stop_tokens="a"), "stop_tokens"), (dict(stop_tokens=3), "stop_tokens"),
 ])
 def test_bad_arguments_are_refused(model, kwargs, message):
     args = dict(max_new_tokens=3) | kwargs

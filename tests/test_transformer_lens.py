@@ -1,6 +1,7 @@
 """An outside reference for "why this token" (issue 23): the field's own tool, TransformerLens, given
 the weights of a model trained here, computes the same logits, the same direct logit attributions
-and the same activation patching as `core.attribution` (within 1e-4 in float32).
+and the same activation patching as `core.attribution` (within 1e-4 in float32); and our QK circuit
+differs from its convention exactly as `core.attribution.Circuits` says.
 
 TransformerLens is a test-only dependency (requirements-test.txt), as transformers is.
 """
@@ -9,7 +10,7 @@ import pytest
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig, patching
 
-from core.attribution import logit_attribution, patch
+from core.attribution import circuits, logit_attribution, patch
 from core.config import GPTConfig
 from core.model import GPT
 
@@ -110,7 +111,9 @@ def test_direct_logit_attributions_match_transformer_lens(trained, ids, position
 
 
 def test_activation_patching_matches_transformer_lens(trained):
-    clean, corrupted = TEXTS[0], [3, 1, 4, 1, 7, 9, 11, 3, 1, 4, 1, 5]  # the letter after the "1 5" changed
+    # the letter after the "1 5" changed: the answer moves by 17 logits (changing the 5 itself moved it by
+    # 0.09, too little for shares, core.attribution.MIN_PATCH_GAP)
+    clean, corrupted = TEXTS[0], [3, 1, 4, 1, 5, 7, 11, 3, 1, 4, 1, 5]
     ours = patch(trained, clean, corrupted)
     reference = hooked(trained)
     clean_tokens, corrupted_tokens = torch.tensor([clean]), torch.tensor([corrupted])
@@ -128,3 +131,20 @@ def test_activation_patching_matches_transformer_lens(trained):
     stream = patching.get_act_patch_resid_pre(reference, corrupted_tokens, clean_cache, restored)  # (L, T)
     assert torch.allclose(stream, ours.residual[:-1], atol=1e-4), (stream - ours.residual[:-1]).abs().max()
     assert ours.heads.abs().max() > 0.1  # the trained model's heads carry something to compare
+
+
+def test_our_qk_circuit_is_transformer_lens_convention_plus_the_norm_the_biases_and_the_scale(trained):
+    """TransformerLens's QK circuit is W_E W_Q W_K^T W_E^T: no norm, no biases, no 1/sqrt(d). Ours puts each
+    embedding through layer 0's norm first, adds the query and key biases and scales, as the model does."""
+    reference = hooked(trained)
+    scale = trained.config.head_size ** -0.5
+    embedded = reference.W_E  # (V, C)
+    normed = reference.blocks[0].ln1(embedded[None])[0]
+    for head in range(trained.config.n_head):
+        ours = circuits(trained, 0, head).qk
+        theirs = (embedded @ reference.QK[0, head] @ embedded.T).AB  # (V, V), TransformerLens's convention
+        for convention in (theirs, theirs * scale):  # far apart: a tenth of our largest entry, at least
+            assert (ours - convention).abs().max() > 0.1 * ours.abs().max()
+        queries = normed @ reference.W_Q[0, head] + reference.b_Q[0, head]  # (V, D)
+        keys = normed @ reference.W_K[0, head] + reference.b_K[0, head]
+        assert torch.allclose(ours, queries @ keys.T * scale, atol=1e-4)

@@ -97,7 +97,7 @@ ONSET_COLOR = VERMILLION
 
 def head_scores_plot(curves: dict[str, tuple[list[int], torch.Tensor] | None], onset: int | None) -> PlotData:
     """Each head's pattern scores over training, one panel per pattern (`curves`: pattern -> (steps,
-    (F, L, H) scores), as `AttentionMovie.score_curve` gives them, or None where the probe cannot
+    (F, L, H) scores), as `AttentionMovie.curves` gives them, or None where the probe cannot
     show it), the HEAD_SCORE_LINES heads that scored highest in each (the strongest in the palette's
     first colour, and so on); a vertical marker at `onset`, the step an induction head formed.
 

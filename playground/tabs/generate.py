@@ -5,7 +5,10 @@ UI-only ones that mark the inspected token in the shaded text.
 
 A model trained on a synthetic task (core.data.Task) writes its lines: its prompt starts on a new line,
 as every line it trained on did, and the status says so, and names the prompt's questions unlike
-any it trained on (a word of another length, say), whose answers are guesses.
+any it trained on (a word of another length, say), whose answers are guesses. It stops at the end of
+its answer line (the newline, ↵, that ends every line it trained on) unless the learner unticks
+"Stop at the end of the answer line": past it the model writes a next question, random letters it
+was never taught, and the status says where it stopped.
 
 A learner's mistake never marks the outputs as failed. A request the model cannot serve (no model
 yet, characters it has never seen, a prompt longer than its context, a job already running) is
@@ -25,6 +28,7 @@ from collections.abc import Iterator
 import gradio as gr
 
 from core.sample import TokenStep, stream
+from core.data import LINE_START
 from core.tokenizers import CharTokenizer, GPT2Tokenizer, Tokenizer, visible
 from playground import model_picker, validate
 from playground.context import AppContext
@@ -53,6 +57,9 @@ COLOR_MAP = {label: color for _, label, color in PROBABILITY_BANDS} | {INSPECTED
 MAX_UNKNOWN_SHOWN = 20  # characters of a refused prompt listed in the status
 LINE_START_NOTE = ("↵ The prompt starts after a line break, as every line this model trained on did: that is how "
                    "the model finds where a question begins.")
+STOP_AT_LINE_END = "Stop at the end of the answer line"
+STOPPED_NOTE = (f"Stopped at the end of the answer line (↵): what follows it would be a new question of random "
+                f"letters, which the model was never taught. Untick **{STOP_AT_LINE_END}** to let it go on.")
 MAX_UNLIKE_SHOWN = 3  # a task model's questions unlike its training, listed in the status
 MAX_VOCABULARY_SHOWN = 80  # entries (a character or a range like a–z) of a vocabulary listed
 WHITESPACE_NAMES = {"\n": "newline", " ": "space", "\t": "tab", "\r": "carriage return"}
@@ -74,8 +81,10 @@ class GenerateHandlers:
         self.settings = ctx.settings
         self.registry = ctx.registry
 
-    def generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, request: gr.Request) -> Iterator[tuple]:
-        """Continue `prompt` with the session's model (or GPT-2 when picked), streaming token by token.
+    def generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, stop_at_line_end=True,
+                 request: gr.Request = None) -> Iterator[tuple]:
+        """Continue `prompt` with the session's model (or GPT-2 when picked), streaming token by token; a model
+        trained on a task stops at the end of its answer line unless `stop_at_line_end` is false.
 
         A malformed field raises gr.Error; a request the model cannot serve yields one update with
         the tokens and text skipped (left as they were) and the reason in the status.
@@ -84,6 +93,7 @@ class GenerateHandlers:
             (the tokens, each with its probability, the text, status), the last one when writing ends.
         """
         prompt, sampling = self._checked(prompt, max_new_tokens, temperature, top_k, top_p, seed)
+        stop_at_line_end = validate.flag(stop_at_line_end, STOP_AT_LINE_END, default=True)
         try:
             running = self.registry.get(request).job_name  # an expired session raises: not a mistake
             if running:  # training, or a second Enter in the prompt while generating
@@ -91,7 +101,8 @@ class GenerateHandlers:
             with self.registry.job(request, "generation") as session:
                 reading = session.reading  # the session's model or a pretrained one, as the picker says
                 prompt, prompt_ids = _model_prompt(reading, prompt)
-                yield from _stream(session, reading, prompt, prompt_ids, sampling)
+                stop_tokens = _line_end(reading) if stop_at_line_end else []
+                yield from _stream(session, reading, prompt, prompt_ids, dict(sampling, stop_tokens=stop_tokens))
         except Refusal as refusal:
             yield _refused(refusal)
 
@@ -162,6 +173,12 @@ class GenerateHandlers:
         unmasked = f" {NO_MASK_WRITES}" if config.use_attention and not config.causal else ""
         return f"**Model:** {model_picker.ModelPicker.described(session)}{unmasked}"
 
+    def line_end_option(self, request: gr.Request):
+        """The "Stop at the end of the answer line" checkbox, shown only for a model trained on a task."""
+        session = self.registry.peek(request)
+        reading = None if session is None else session.reading
+        return gr.update(visible=reading is not None and reading.task is not None)
+
 
 # ------------------------------------------------------------------ generation
 
@@ -185,6 +202,14 @@ def _model_prompt(reading: TrainedModel | None, prompt: str) -> tuple[str, list[
         raise Refusal(f"The prompt is {len(ids)} tokens long{line_start}; this model's context is "
                       f"{model.config.block_size} tokens.", "Shorten the prompt (or train a model with a larger block size).")
     return prompt, ids
+
+
+def _line_end(reading: TrainedModel) -> list[int]:
+    """The token that ends a task model's answer line (the newline every line it trained on ended with);
+    none for other models, which write on."""
+    if reading.task is None:
+        return []
+    return reading.tokenizer.encode(LINE_START)
 
 
 def _check_characters(prompt: str, tokenizer: CharTokenizer) -> None:
@@ -220,7 +245,9 @@ def _stream(session: Session, reading: TrainedModel, prompt: str, prompt_ids: li
                 last_ui = time.monotonic()
                 status = _with_notes(f"Generating... {len(steps)} tokens", notes)
                 yield _highlighted(prompt, steps), session.last_text, status
-    yield _highlighted(prompt, steps), session.last_text, _with_notes(_done(steps), notes)
+    stopped = steps and steps[-1].token_id in sampling["stop_tokens"]
+    yield _highlighted(prompt, steps), session.last_text, _with_notes(_done(steps), STOPPED_NOTE if stopped else "",
+                                                                      notes)
 
 
 def _refused(refusal: Refusal) -> tuple:
@@ -250,8 +277,9 @@ def _notes(reading: TrainedModel | None, prompt: str) -> str:
     return "  \n".join(notes)
 
 
-def _with_notes(status: str, notes: str) -> str:
-    return f"{status}  \n{notes}" if notes else status
+def _with_notes(status: str, *notes: str) -> str:
+    """The status, then each note that is not empty on a line of its own."""
+    return "  \n".join([status, *(note for note in notes if note)])
 
 
 def _start_token(tokenizer: Tokenizer) -> int:
@@ -369,11 +397,16 @@ def build(ctx: AppContext) -> GenerateHandlers:
                 top_k = gr.Number(value=0, precision=0, minimum=0, label="Top-k (0 = off)")
                 top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p (1 = off)")
                 seed = gr.Number(value=-1, precision=0, minimum=-1, label="Seed (-1 = a new draw each time)")
+                # Shown for a model trained on a task (line_end_option): past its answer line it writes junk.
+                stop_at_line_end = gr.Checkbox(
+                    True, label=STOP_AT_LINE_END, visible=False, elem_id="generate-stop-line",
+                    info="A task model's answer ends with its line (↵); after it, it would write a new question of "
+                         "random letters.")
 
     cheap = dict(**ctx.cheap(), show_progress="hidden")
     private = dict(api_visibility="private", **cheap)
     shown = [token_index, tokens, alternatives, token_info]
-    form = [prompt, max_new_tokens, temperature, top_k, top_p, seed]
+    form = [prompt, max_new_tokens, temperature, top_k, top_p, seed, stop_at_line_end]
     # The status says that it is generating, and the tokens stream in: no progress overlay, and so
     # no "Error" badge over the output either (see the module docstring).
     heavy = dict(**ctx.heavy("generate"), show_progress="hidden")
@@ -388,4 +421,5 @@ def build(ctx: AppContext) -> GenerateHandlers:
                        **cheap).success(handlers.show_token, token_index, shown, **private)
     tokens.select(handlers.select_token, None, shown, **private)
     ctx.follow_model(handlers.model_info, [], [model_info])
+    ctx.follow_model(handlers.line_end_option, [], [stop_at_line_end])
     return handlers

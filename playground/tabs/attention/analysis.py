@@ -159,12 +159,15 @@ class Handlers(AttentionBase):
         return tokenizer.decode(ids[-limit:])
 
     def probe(self, request: gr.Request) -> str:
-        """A fresh repeated random-token text, the standard test for induction heads."""
+        """A fresh repeated random-token text, the standard test for induction heads, no longer than the
+        model's context."""
         session = self.ctx.registry.get(request)
         reading = reading_of(session)
         model, tokenizer = reading.model, reading.tokenizer
-        # a random length too: a head that looks back a fixed distance matches only one of them
-        longest = max(PROBE_HALF_MIN, min(self._token_limit(model) // 2, PROBE_HALF_MAX))
+        # within the context the model trained on (computed positions read further, but not as trained),
+        # and a random length too: a head that looks back a fixed distance matches only one of them
+        fits = min(model.config.block_size, self._token_limit(model))
+        longest = max(PROBE_HALF_MIN, min(fits // 2, PROBE_HALF_MAX))
         half = int(torch.randint(max(PROBE_HALF_MIN, longest // 2), longest + 1, (1,), generator=session.generator))
         seed = int(torch.randint(2**31, (1,), generator=session.generator))
         ids = induction_probe(model.config.vocab_size, half, seed=seed)

@@ -20,8 +20,12 @@ CLEARED = {"note": "", "qk": None, "positional": None, "ov": None}
 COPYING = 0.5  # a copying score from here on: the head mostly raises the logits of the tokens it attends to
 CIRCUITS_HELP = (
     "The head picked above (**Layer**, **Head**) as two token x token matrices, read from its weights on the "
-    "direct path (each token's embedding alone, through the layer's norm; Elhage et al. 2021). **QK**: the "
-    "score a query token gives a key token before the softmax. **OV**: what attending to a token adds to "
+    "direct path (each token's embedding alone, through the layer's norm and the head's biases; Elhage et al. "
+    "2021). **QK**: the score a query token gives a key token before the softmax when the stream holds the token "
+    "alone: in layer 0 of a model without learned positions, exactly the head's score before its positions act. "
+    "Learned positions are added to the token before layer 0's norm, so there the QK and positional circuits are "
+    "two views of what the head looks for, not its scores. (TransformerLens's QK circuit also leaves out the "
+    "norm, the biases and the ÷√d.) **OV**: what attending to a token adds to "
     f"each logit. For vocabularies of at most {MAX_CIRCUIT_VOCAB} tokens."
 )
 
@@ -67,7 +71,9 @@ def _note(circuit, position: str) -> str:
         reading = "it **suppresses** what it attends to: its OV circuit's diagonal is blue"
     else:
         reading = "it neither copies nor suppresses on the whole"
-    places = {"learned": "The positional QK circuit, below it, is what a query position looks for by position alone.",
+    places = {"learned": "The positional QK circuit, below it, is what a query position looks for by position alone. "
+                         "Layer 0 reads the norm of token plus position, so neither circuit, nor their sum, is its "
+                         "score: they show what the head looks for by token and by place.",
               "rope": "With rotary positions the QK circuit is the score at distance 0; RoPE turns it with the distance.",
               "alibi": "With ALiBi each score also loses the head's slope times the distance.",
               "none": "This model has no positions: the QK circuit is all its attention reads."}

@@ -64,15 +64,6 @@ def reading_of(session: Session) -> TrainedModel:
     return session.reading
 
 
-def flag(value, name: str) -> bool:
-    """A checkbox's value: True or False (None, as an API caller may leave it, is False)."""
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise gr.Error(f"{name} must be true or false, got {repr(value)[:40]}.")
-    return value
-
-
 def head_name(layer: int, head: int) -> str:
     return f"L{layer} H{head}"
 

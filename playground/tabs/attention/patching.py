@@ -1,6 +1,7 @@
 """Activation patching: a clean text and a corrupted one of the same length; the corrupted run takes
 one part of the clean run at a time (the residual stream at one layer and position, or one head's
-output), and the figures show how much of the clean answer each part brings back. Api `/patch`.
+output), and the figures show how much of the clean answer each part brings back. Api `/patch`. Where
+the two answers barely differ (core.attribution.MIN_PATCH_GAP) the note says so and nothing is drawn.
 Never imports another section.
 """
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from core.attribution import first_difference, patch, patch_macs
+from core.attribution import MIN_PATCH_GAP, first_difference, patch, patch_macs
 from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
@@ -32,7 +33,8 @@ PATCHING_HELP = (
     "Which part carries the information from there to here? Run the **corrupted** text, but take one part from "
     "the **clean** run: the residual stream at one layer and position, or one head's output everywhere. Each "
     "cell is the share of the clean answer's lead (logit(clean answer) − logit(corrupted answer) at the last "
-    "token) that the patch brings back: 1 = the clean answer back, 0 = as corrupted."
+    "token) that the patch brings back: 1 = the clean answer back, 0 = as corrupted. Where the two texts' answers "
+    f"differ by under {MIN_PATCH_GAP:g} of a logit there is too little to share out, and nothing is drawn."
 )
 
 
@@ -40,7 +42,8 @@ class Handlers(AttentionBase):
     """Patch the clean run into the corrupted one."""
 
     def patching(self, clean, corrupted, request: gr.Request):
-        """A note on the two answers and the part that restores most; the stream and head heatmaps."""
+        """A note on the two answers and the part that restores most; the stream and head heatmaps (none,
+        and the note says why, when the corruption barely moves the answer)."""
         limit = self.ctx.settings.max_prompt_chars
         cap = self.ctx.settings.cap_hint("max_prompt_chars")
         clean = validate.text(clean, "Clean text", limit, cap=cap)
@@ -59,6 +62,8 @@ class Handlers(AttentionBase):
             analysis.results["patching"] = result
             labels = [tokenizer.token_label(token) for token in clean_ids]
             answers = tuple(tokenizer.token_label(token) for token in (result.target, result.alternative))
+        if not result.meaningful:
+            return _too_close(result, *answers), None, None
         return _note(result, *answers), why.patching_residual(result, labels), why.patching_heads(result)
 
     def fitting_pair(self, clean, corrupted, request: gr.Request):
@@ -89,7 +94,8 @@ class Handlers(AttentionBase):
             mine["patching"] = {
                 "target": tokenizer.token_label(result.target), "alternative": tokenizer.token_label(result.alternative),
                 "clean_difference": result.clean_difference, "corrupted_difference": result.corrupted_difference,
-                "residual": result.residual.tolist(), "heads": result.heads.tolist(),
+                "residual": None if result.residual is None else result.residual.tolist(),
+                "heads": None if result.heads is None else result.heads.tolist(),
             }
         return {**mine, **super().exported(results, tokenizer)}
 
@@ -102,12 +108,23 @@ def _fits(tokenizer: Tokenizer, pair: tuple[str, str]) -> bool:
         return False
 
 
+def _differences(result, target: str, alternative: str) -> str:
+    return (f"Clean, the model prefers **{md(target)}** to **{md(alternative)}** by "
+            f"**{result.clean_difference:.3f}** in logits; corrupted, by **{result.corrupted_difference:.3f}**.")
+
+
+def _too_close(result, target: str, alternative: str) -> str:
+    return (f"{_differences(result, target, alternative)} The corruption moves the answer by only "
+            f"**{abs(result.gap):.3f}**, under {MIN_PATCH_GAP:g} of a logit. A part's share would be its small "
+            "effect divided by almost nothing (a head could seem to bring back −3 times all of it), so none is "
+            "drawn: change the corrupted text where the answer depends on it.")
+
+
 def _note(result, target: str, alternative: str) -> str:
     cells = [(value, head_name(layer, head)) for layer, row in enumerate(result.heads.tolist())
              for head, value in enumerate(row)]
     best, name = max(cells)
-    return (f"Clean, the model prefers **{md(target)}** to **{md(alternative)}** by "
-            f"**{result.clean_difference:.3f}** in logits; corrupted, by **{result.corrupted_difference:.3f}**. "
+    return (f"{_differences(result, target, alternative)} "
             f"Of the heads, **{name}**'s clean output brings back the most: **{best:.2f}** of the difference.")
 
 

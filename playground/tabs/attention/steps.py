@@ -17,7 +17,7 @@ from playground import validate
 from playground.context import AppContext
 from playground.figures import attention as figures
 from playground.figures import inside
-from playground.tabs.attention.common import AttentionBase, Page, flag, md, plot
+from playground.tabs.attention.common import AttentionBase, Page, md, plot
 
 # What a new analysis clears, by output (`build` returns the components under these names).
 CLEARED = {"note": "", "table": None, "vectors": None}
@@ -38,8 +38,8 @@ class Handlers(AttentionBase):
         with self._current(request) as (_, analysis, reading):
             layer, head = self._layer_head(analysis, layer, head)
             query = validate.integer(query, "Query token", 0, len(analysis.ids) - 1)
-            without_scale = flag(without_scale, "Without ÷√d")
-            without_mask = flag(without_mask, "Without the mask")
+            without_scale = validate.flag(without_scale, "Without ÷√d")
+            without_mask = validate.flag(without_mask, "Without the mask")
             with validate.user_errors():
                 steps = head_steps(reading.model, analysis.ids, layer, head, query)
             analysis.results["steps"] = steps

@@ -13,7 +13,8 @@ from __future__ import annotations
 import gradio as gr
 from gradio.components.plot import PlotData
 
-from core.movie import MOVIE_BYTES, SCORED, AttentionMovie, evenly, induction_onset, movie_gif
+from core.attention import induction_heads, induction_verdict_scores
+from core.movie import INDUCTION, MOVIE_BYTES, AttentionMovie, evenly, induction_onset, movie_gif
 from core.tokenizers import Tokenizer, token_labels
 from core.train import Trainer
 from playground import validate
@@ -81,7 +82,8 @@ class ReplayHandlers:
 
     def attention_movie(self, request: gr.Request) -> dict:
         """The session's attention over training: the probe's tokens, every snapshot's step, and per
-        snapshot the (layer, head, query, key) maps rounded to 3 decimals with each head's pattern scores.
+        snapshot the (layer, head, query, key) maps rounded to 3 decimals with each head's pattern scores on
+        the probe and its induction score (random tokens written twice; 0 in layer 0, null if not measured).
         Evenly thinned (the first and last kept) so the maps' JSON stays under the movie's memory cap."""
         movie, frames = self._movie_of(request)
         per_frame = frames[0].maps.numel() * JSON_PER_VALUE
@@ -93,7 +95,7 @@ class ReplayHandlers:
             # in double precision, so 0.123 is written as 0.123 and not as float32's 0.12300000339746475
             "frames": [{"step": frame.step, "maps": frame.maps.double().round(decimals=3).tolist(),
                         "scores": {name: None if score is None else score.double().round(decimals=3).tolist()
-                                   for name, score in frame.scores.items()}} for frame in kept],
+                                   for name, score in _scores(frame).items()}} for frame in kept],
         }
 
     def movie_gif(self, request: gr.Request) -> str:
@@ -144,11 +146,12 @@ def movie_for_run(movie: AttentionMovie | None, trainer: Trainer, until: int) ->
 
 def snapshot_due(movie: AttentionMovie, event, affordable: bool) -> bool:
     """Whether to record this step: `movie.every` steps after the last snapshot, or as soon after as the
-    view budget allows; and always the last step (once)."""
-    last = movie.frames[-1].step if movie.frames else None
-    if last == event.step:
-        return False
-    return event.done or (affordable and (last is None or event.step - last >= movie.every))
+    view budget allows; and always the last step (once, again where its snapshot came before the run
+    ended and was not probed: the last snapshot carries the replay's induction verdict)."""
+    last = movie.frames[-1] if movie.frames else None
+    if last is not None and last.step == event.step:
+        return event.done and last.probe is None
+    return event.done or (affordable and (last is None or event.step - last.step >= movie.every))
 
 
 def movie_note(movie: AttentionMovie | None, recording: bool) -> str:
@@ -165,24 +168,41 @@ def movie_note(movie: AttentionMovie | None, recording: bool) -> str:
             f"{movie.max_bytes / 2**20:g} MiB.{scores_summary(movie)}")
 
 
+def _scores(frame) -> dict:
+    """A snapshot's scores as the chart draws them: the probe text's patterns, then the induction verdict's."""
+    return {**frame.scores, INDUCTION: None if frame.probe is None else induction_verdict_scores(frame.probe)}
+
+
 def scores_summary(movie: AttentionMovie) -> str:
-    """The strongest head of each scored pattern on the probe at the last snapshot, and the step an
-    induction head formed: '' before the first snapshot."""
+    """The strongest head of each pattern scored on the probe text at the last snapshot, and which heads are
+    induction heads, by the Attention tab's rule (`induction_heads`), since what step: '' before the first
+    snapshot."""
     if not movie.frames:
         return ""
     last, strongest = movie.frames[-1], []
-    for pattern in SCORED:
-        scores = last.scores[pattern]
-        if scores is None or not scores.isfinite().any():  # the probe cannot show it; a diverged model
+    for pattern, scores in _scores(last).items():
+        if pattern == INDUCTION or scores is None or not scores.isfinite().any():  # a diverged model
             continue
         layer, head = divmod(int(scores.nan_to_num(-1.0).argmax()), scores.size(1))
         strongest.append(f"{pattern} L{layer} H{head} ({float(scores[layer, head]):.2f})")
-    onset = induction_onset(movie)
-    formed = "" if onset is None else f" An induction head formed at step {onset:,}."
     heads = f" Each pattern's strongest head at step {last.step:,}: {', '.join(strongest)}." if strongest else ""
-    return heads + formed
+    return heads + _induction_summary(movie)
+
+
+def _induction_summary(movie: AttentionMovie) -> str:
+    """Which heads are induction heads at the newest probed snapshot, as the Attention tab's probe finds them."""
+    probed = movie.last_probed()
+    if probed is None:
+        return " Induction untested: the context is too short for the probe (random tokens written twice)."
+    found, when = induction_heads(probed.probe), f" at step {probed.step:,}"
+    if not found:
+        return (f" No induction head{when}: no head past layer 0 follows the repeats in random tokens written "
+                "twice (a head that only looks back a fixed distance can match the probe text's own repeats).")
+    heads = ", ".join(f"L{layer} H{head} ({float(probed.probe[layer, head]):.2f})" for layer, head in found)
+    return (f" Induction heads{when}, by the probe (random tokens written twice): {heads}; one formed at step "
+            f"{induction_onset(movie):,}.")
 
 
 def scores_plot(movie: AttentionMovie) -> PlotData:
     """Each head's pattern scores over the movie's snapshots, serialised once for the run's stream."""
-    return head_scores_plot({pattern: movie.score_curve(pattern) for pattern in SCORED}, induction_onset(movie))
+    return head_scores_plot(movie.curves(), induction_onset(movie))

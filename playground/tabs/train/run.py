@@ -221,7 +221,8 @@ class RunHandlers(FormRules):
                 with trainer.turn() as granted:  # a snapshot is counted like the live views
                     started = time.perf_counter()
                     if granted or event.done:  # the last step always has its snapshot, a stopped run's too
-                        movie.add(event.step, trainer.probe_attention())
+                        probe = trainer.induction_scores() if movie.probe_due(event.done) else None
+                        movie.add(event.step, trainer.probe_attention(), probe)
                     viewing += time.perf_counter() - started
             if not event.error and (event.val_loss is not None or event.done):
                 if event.done:  # the run joins those kept to compare, before the store keeps them with the model
