@@ -35,6 +35,7 @@ from playground.figures import note_figure
 from playground.figures.training import loss_figure
 from playground.sessions import Session
 from playground.tabs.train import compare, link
+from playground.tabs.train.checkpoints import NO_MODEL_TO_EXPORT
 from playground.tabs.train.form import (
     ACTIVATION_CHOICES, BREAK_IT, CORPUS_CHOICES, FORM_FIELDS, MODEL_FIELDS, MODERN, NORM_CHOICES, PASTE,
     POSITION_CHOICES, STAGE_CHOICES, TOKENIZER_CHOICES, UPLOAD, heads_for_stage, layers_for_stage,
@@ -193,7 +194,10 @@ def build(ctx: AppContext) -> TrainHandlers:
                 gr.Markdown("The download holds the weights and, for models that still fit the upload cap, "
                             "the optimizer's state: uploaded again, **Train** continues exactly where it stopped.")
                 with gr.Row():
-                    export_btn = gr.Button("Export for transformers (.zip)")
+                    with gr.Column(min_width=200):  # whether the model exports, said before the click
+                        export_btn = gr.Button("Export for transformers (.zip)", interactive=False,
+                                               elem_id="export-button")
+                        export_note = gr.Markdown(NO_MODEL_TO_EXPORT, elem_id="export-note")
                     export_file = gr.File(label="transformers model", interactive=False)
                 gr.Markdown("The export is a folder that Hugging Face `transformers` loads as a GPT-2 or a Llama "
                             "(`AutoModelForCausalLM`, `AutoTokenizer`) with the same outputs, and a model card with "
@@ -251,6 +255,7 @@ def build(ctx: AppContext) -> TrainHandlers:
     # One checkpoint at a time on the whole server: each briefly holds a model's bytes twice.
     one_at_a_time = dict(**ctx.heavy("checkpoint"), show_progress="minimal")
     save_btn.click(handlers.save_checkpoint, None, checkpoint_file, api_name="save_checkpoint", **one_at_a_time)
+    ctx.follow_model(handlers.export_note, [], [export_note, export_btn])
     export_btn.click(handlers.export_transformers, None, export_file, api_name="export_transformers", **one_at_a_time)
     gif_btn.click(handlers.movie_gif, None, gif_file, api_name="attention_movie_gif", **one_at_a_time).success(
         _shown, None, gif_file, **quiet)  # the file box appears once there is a file
