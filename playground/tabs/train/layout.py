@@ -218,7 +218,8 @@ def build(ctx: AppContext) -> TrainHandlers:
         return handler
 
     inputs = [form[name] for name in FORM_FIELDS]
-    live = [status, progress, shown["loss_plot"], sample, attention_plot, ctx.model_changed, movie_note, head_scores]
+    live = [status, progress, shown["loss_plot"], sample, attention_plot, ctx.model_changed, movie_note, head_scores,
+            next_step]
     cheap = dict(**ctx.cheap(), show_progress="hidden")
     preset_outputs = [shown["preset_info"]] + [form[name] for name in FORM_FIELDS if name != "preset"]
     # .input, not .change: a preset set by the page's link must not overwrite the link's own fields.
