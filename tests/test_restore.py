@@ -180,3 +180,24 @@ def test_a_kept_movie_that_fails_its_checks_is_dropped_and_the_model_comes_back(
         assert any(isinstance(v, str) and f"at step {TINY['steps']}" in v for v in answer), answer
         assert demo.registry.peek("after").trained.movie is None
         assert "no attention movie yet" in app.error("attention_movie", [], "after")
+
+
+def test_the_live_sample_comes_back_with_the_model(tmp_path):
+    """A reload or a restart brought the model and its curve back, and an empty live sample: the last sample
+    the page showed is kept with the model."""
+    from test_app_handlers import FORM, SETTINGS
+
+    from playground.context import AppContext
+    from playground.sessions import SessionRegistry
+    from playground.store import StateStore
+    from playground.tabs.train import TrainHandlers
+
+    def handlers() -> TrainHandlers:  # a server on the store (a second one: a restart)
+        return TrainHandlers(AppContext(settings=SETTINGS, registry=SessionRegistry(10**9, 600), model_changed=None,
+                                        tabs=None, store=StateStore(str(tmp_path / "store"), 10**9)))
+
+    before = handlers()
+    token = before.come_back(None, "tab-before")["token"]
+    shown = list(before.train(**FORM, request="tab-before"))[-1][3]
+    assert shown and before.ctx.store.writer.flush()
+    assert handlers().come_back(token, "tab-after")["sample"] == shown

@@ -206,9 +206,9 @@ def build(ctx: AppContext) -> TrainHandlers:
                                             file_types=[".zip"], type="filepath")
     if set(form) != set(FORM_FIELDS):
         raise RuntimeError(f"the Train tab's components do not match TrainForm: {sorted(set(form) ^ set(FORM_FIELDS))}")
-    shown.update(status=status, progress=progress, model_changed=ctx.model_changed, movie_note=movie_note,
-                 movie_plot=movie_plot, head_scores=head_scores, movie_step=movie_step, attention=attention_plot,
-                 **form)
+    shown.update(status=status, progress=progress, sample=sample, model_changed=ctx.model_changed,
+                 movie_note=movie_note, movie_plot=movie_plot, head_scores=head_scores, movie_step=movie_step,
+                 attention=attention_plot, **form)
 
     def by_name(fn: Callable) -> Callable:
         """`fn` returning {name: value} as a handler returning {component: value} (Gradio's form)."""
@@ -270,8 +270,9 @@ def build(ctx: AppContext) -> TrainHandlers:
     # Coming back: after the link has set up the form, a model kept for this browser replaces it.
     shown["token"] = gr.BrowserState(None, storage_key=STORAGE_KEY,
                                      secret=ctx.store.secret() if ctx.store is not None else None)
-    restored = [shown[name] for name in ("token", "status", "progress", "loss_plot", "model_changed", "movie_note",
-                                         "movie_plot", "head_scores", "movie_step", "attention", *KEPT_FIELDS)]
+    restored = [shown[name] for name in ("token", "status", "progress", "loss_plot", "sample", "model_changed",
+                                         "movie_note", "movie_plot", "head_scores", "movie_step", "attention",
+                                         *KEPT_FIELDS)]
     # ... then what Train will do is said again, with the form as it now is
     opened.then(by_name(handlers.come_back), shown["token"], restored, api_name="come_back", **quiet).then(
         handlers.preview, inputs, [params, next_step], **quiet).then(

@@ -43,6 +43,7 @@ KEPT_FIELDS = tuple(name for name in FORM_FIELDS if name != "upload")  # a file'
 UNREADABLE = "This browser's saved session could not be read (it was not made by this server): starting afresh."
 EVICTED = ("Your model from an earlier visit is gone: the server keeps the most recently trained models within "
            "its storage budget, and yours had waited longest. Press **Train** to start again.")
+MAX_SAMPLE_CHARS = 20_000  # a live sample is SAMPLE_TOKENS tokens: far fewer characters, even of GPT-2's
 MEMORY_ONLY = ("⚠️ This server cannot save models right now (its storage is full or not writable): yours lives "
                "in memory only, and a restart of the server loses it. Download a checkpoint to keep it.")
 
@@ -109,7 +110,9 @@ class RestoreHandlers(CheckpointHandlers):
         form = self._checked_form(meta.get("form"))
         status = (f"Welcome back: your model is here as you left it, at step {session.trained.step}, and Generate "
                   "and Attention read it.")
-        return {"status": status, **self._shown_after_load(session, meta), **_movie_shown(session), **form}
+        session.trained.sample = _kept_sample(meta)
+        return {"status": status, **self._shown_after_load(session, meta), **_movie_shown(session), **form,
+                "sample": session.trained.sample}
 
     def _adopt_kept(self, session: Session, archive: Path) -> dict:
         """The store's archive as the session's model, with its form and compared runs; its meta."""
@@ -142,10 +145,16 @@ def _kept(session: Session) -> Encoded:
     """What the store keeps of a session: its model as a checkpoint with its training state, the form it
     trained with, the runs kept to compare and the attention movie."""
     trained = session.trained
-    meta = {**checkpoint_meta(trained), "form": session.kept_form, "run": trained.run}
+    meta = {**checkpoint_meta(trained), "form": session.kept_form, "run": trained.run, "sample": trained.sample}
     encoded = encode(trained.model, trained.tokenizer, meta, trained.training_state())
     movie = encode_movie(trained.movie) if trained.movie is not None and trained.movie.frames else None
     return dataclasses.replace(encoded, runs=encode_runs(session.runs), movie=movie)
+
+
+def _kept_sample(meta: dict) -> str:
+    """The live sample kept with the model ('' from a store entry without one, or with something else)."""
+    sample = meta.get("sample")
+    return sample if isinstance(sample, str) and len(sample) <= MAX_SAMPLE_CHARS else ""
 
 
 def _movie_shown(session: Session) -> dict[str, Any]:

@@ -229,9 +229,7 @@ class RunHandlers(FormRules):
                     if granted or event.done:  # the last step always has its snapshot, a stopped run's too
                         movie.add(event.step, trainer.probe_attention())
                     viewing += time.perf_counter() - started
-            if not event.error and (event.val_loss is not None or event.done):
-                if event.done:  # the run joins those kept to compare, before the store keeps them with the model
-                    compare.record(session, token_labels(trainer.tokenizer, trainer.probe_ids))
+            if not event.error and event.val_loss is not None and not event.done:
                 keep()  # encoded here, written by the store's thread: the next step does not wait for it
             if not event.done and now - last_ui < UI_INTERVAL_S * slower:
                 continue
@@ -250,11 +248,14 @@ class RunHandlers(FormRules):
                     started = time.perf_counter()
                     if granted and sample_due:
                         sample, last_sample = trainer.sample(), now
+                        session.trained.sample = sample  # kept with the model: a page coming back shows it
                     if granted and attention_due:
                         attention, last_attention = self._attention_figure(trainer), now
                     viewing += time.perf_counter() - started
             next_step = TRAINING_NOW
-            if event.done:
+            if event.done:  # the run joins those kept to compare, before the store keeps them, the last sample too
+                compare.record(session, token_labels(trainer.tokenizer, trainer.probe_ids))
+                keep()
                 described = describe(session)  # other tabs follow the model once the run ends
                 # said with the status, not seconds later by the followers of the model (issue 36)
                 trained = session.trained
