@@ -38,7 +38,8 @@ from playground.tabs.train import compare, link
 from playground.tabs.train.checkpoints import NO_MODEL_TO_EXPORT
 from playground.tabs.train.form import (
     ACTIVATION_CHOICES, BREAK_IT, CORPUS_CHOICES, FORM_FIELDS, MODEL_FIELDS, MODERN, NORM_CHOICES, PASTE,
-    POSITION_CHOICES, STAGE_CHOICES, TOKENIZER_CHOICES, UPLOAD, heads_for_stage, layers_for_stage,
+    POSITION_CHOICES, TOKENIZER_CHOICES, UPLOAD, described_parts, heads_for_stage, layers_for_stage,
+    position_switch_label, stage_choices,
 )
 from playground.tabs.train.replay import NO_MOVIE, NO_REPLAY, NO_SCORES, PLAY, PLAY_INTERVAL_S, ReplayHandlers
 from playground.tabs.train.restore import KEPT_FIELDS, STORAGE_KEY, RestoreHandlers
@@ -97,7 +98,7 @@ def build(ctx: AppContext) -> TrainHandlers:
                                          visible=False)
                 form["tokenizer"] = gr.Radio(TOKENIZER_CHOICES, value=start.tokenizer, label="Tokenizer")
             with gr.Accordion("Model", open=True) as groups["model"]:
-                form["stage"] = gr.Dropdown(STAGE_CHOICES, value=start.stage, elem_id="stage-dropdown",
+                form["stage"] = gr.Dropdown(stage_choices(start.norm), value=start.stage, elem_id="stage-dropdown",
                                             label="Stage of the progression (bigram → GPT)")
                 with gr.Row():
                     form["n_layer"] = gr.Slider(1, s.max_layers, value=start.n_layer, step=1, label="Layers")
@@ -111,6 +112,7 @@ def build(ctx: AppContext) -> TrainHandlers:
                 form["dropout"] = gr.Slider(0.0, 0.5, value=start.dropout, step=0.05, label="Dropout")
                 gr.Markdown("**Break it**: each switch removes something attention needs.", elem_classes="caps-note")
                 for name, (label, info) in BREAK_IT.items():
+                    label = position_switch_label(start.position) if name == "use_position_embedding" else label
                     form[name] = gr.Checkbox(getattr(start, name), label=label, info=info, elem_id=f"switch-{name}")
                 params = gr.Markdown(elem_id="param-count")
                 if not s.caps_lifted:
@@ -230,6 +232,9 @@ def build(ctx: AppContext) -> TrainHandlers:
     form["corpus"].change(_show_corpus_inputs, form["corpus"], [form["text"], form["upload"]], **beside_preview)
     form["corpus"].change(handlers.describe_setup, [form["preset"], form["corpus"]], shown["preset_info"],
                           **beside_preview)
+    # The stage and the position switch name the parts the model is built with (RMSNorm, RoPE).
+    gr.on([form["norm"].change, form["position"].change], described_parts, [form["norm"], form["position"]],
+          [form["stage"], form["use_position_embedding"]], **beside_preview)
     view = gr.State(link.View())  # the groups the page's link hid and locked
     for field, fixed_by_stage in (("n_head", heads_for_stage), ("n_layer", layers_for_stage)):
         form["stage"].change(link.keeping_locks(fixed_by_stage, field), [form["stage"], view], form[field],

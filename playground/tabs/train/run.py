@@ -34,7 +34,7 @@ from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
 from playground.sessions import Session, TrainedModel, listed, missing_parts, training_bytes
 from playground.tabs.train import compare
 from playground.tabs.train.form import (
-    BREAK_IT, MODEL_FIELDS, NORM_CHOICES, FormRules, Recipe, TrainForm, takes_the_form,
+    BREAK_IT, MODEL_FIELDS, NORM_NAMES, FormRules, Recipe, TrainForm, takes_the_form,
 )
 from playground.tabs.train.replay import NO_SCORES, movie_for_run, movie_note, scores_plot, snapshot_due
 from playground.zerogpu import ZeroGPUTrainer
@@ -336,16 +336,12 @@ def describe(session: Session) -> str:
     return "" if session.trained is None else session.trained.describe()
 
 
-# "LayerNorms", "RMSNorms": the form's names without their models
-NORM_NAMES = {value: label.split(" (")[0] + "s" for label, value in NORM_CHOICES}
-
-
 def _count_parts(counts: dict[str, int], norm: str) -> list[tuple[str, int]]:
     """The parameter count's parts, which add up to its total (a tied head counts once)."""
     return [
         ("token embedding", counts["token_embedding"]), ("position embedding", counts["position_embedding"]),
         ("attention", counts["attention"]), ("feed-forward", counts["feed_forward"]),
-        (NORM_NAMES[norm], counts["block_layer_norms"] + counts["final_layer_norm"]), ("LM head", counts["lm_head"]),
+        (NORM_NAMES[norm] + "s", counts["block_layer_norms"] + counts["final_layer_norm"]), ("LM head", counts["lm_head"]),
     ]
 
 
