@@ -57,10 +57,10 @@ def export_refusal(config: GPTConfig) -> str | None:
     why = refusal(config)
     if why is None or not config.lm_head_bias:
         return why
-    titles = ", ".join(PRESETS[name].title for name in exported_as_they_are())
-    return (f"{why}. This model's output layer has a bias, as the model of Karpathy's lecture has and GPT-2 and "
-            f"Llama do not. These presets' models export as they are: {titles}. The form keeps the bias; "
-            "the command line's `--set lm_head_bias=false` trains a model without it (the README names the presets).")
+    titles = "; ".join(PRESETS[name].title for name in exported_as_they_are())
+    return (f"{why}. Its output layer has a bias, as the lecture's model has and GPT-2 and Llama do not; the form "
+            f"keeps each preset's choice, and these presets' models have none: {titles}. On the command line, "
+            "`--set lm_head_bias=false` trains the others without it (the README lists which then export).")
 
 
 class CheckpointHandlers(FormRules):

@@ -195,11 +195,10 @@ def build(ctx: AppContext) -> TrainHandlers:
                     checkpoint_file = gr.File(label="Checkpoint", interactive=False)
                 gr.Markdown("The download holds the weights and, for models that still fit the upload cap, "
                             "the optimizer's state: uploaded again, **Train** continues exactly where it stopped.")
+                # whether the model exports, said over the button before a click (disabled where it cannot)
+                export_note = gr.Markdown(NO_MODEL_TO_EXPORT, elem_id="export-note")
                 with gr.Row():
-                    with gr.Column(min_width=200):  # whether the model exports, said before the click
-                        export_btn = gr.Button("Export for transformers (.zip)", interactive=False,
-                                               elem_id="export-button")
-                        export_note = gr.Markdown(NO_MODEL_TO_EXPORT, elem_id="export-note")
+                    export_btn = gr.Button("Export for transformers (.zip)", interactive=False, elem_id="export-button")
                     export_file = gr.File(label="transformers model", interactive=False)
                 gr.Markdown("The export is a folder that Hugging Face `transformers` loads as a GPT-2 or a Llama "
                             "(`AutoModelForCausalLM`, `AutoTokenizer`) with the same outputs, and a model card with "
@@ -241,10 +240,11 @@ def build(ctx: AppContext) -> TrainHandlers:
                              **beside_preview)
     # (the steps too: "already trained 120 of 120 steps" must go once Steps is raised)
     previewed = [form[name] for name in ("corpus", "tokenizer", "stage", *MODEL_FIELDS, "upload", "steps")]
-    # The live count and whether Train continues; also after training and Stop (the model changed).
+    # The live count and whether Train continues. A run says the latter itself, with its status; an upload and a
+    # model coming back ask after them. (Not a follower of the model: one that ran while the run trained landed
+    # after "Done" on a busy server, saying "Training now" until the next one.)
     gr.on([c.change for c in previewed] + [form["text"].blur, ctx.demo.load],
           handlers.preview, inputs, [params, next_step], api_name="preview", api_visibility="private", **cheap)
-    ctx.follow_model(handlers.preview, inputs, [params, next_step])
     training = dict(**ctx.heavy("train"))  # both buttons share one concurrency id: one limit for all trainings
     quiet = dict(**cheap, api_visibility="private")
     for trained in (train_btn.click(handlers.train, inputs, live, api_name="train", **training),
@@ -268,7 +268,8 @@ def build(ctx: AppContext) -> TrainHandlers:
     loaded_outputs = [shown[name] for name in ("status", "progress", "loss_plot", "model_changed", "movie_note",
                                                 "movie_plot", "head_scores", "tokenizer", "stage", *MODEL_FIELDS)]
     checkpoint_upload.upload(by_name(handlers.load_checkpoint), checkpoint_upload, loaded_outputs,
-                             api_name="load_checkpoint", **one_at_a_time)
+                             api_name="load_checkpoint", **one_at_a_time).then(
+        handlers.preview, inputs, [params, next_step], **quiet)
     opened = link.wire(ctx, handlers, form, groups, view=view, note_box=link_note, preset_info=shown["preset_info"],
                        button=share_btn, link_box=share_link,
                        writers=[(form["preset"], preset_outputs), (checkpoint_upload, loaded_outputs)])
