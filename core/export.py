@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,15 @@ def target(config: GPTConfig) -> Target:
     return TARGETS[nearest]
 
 
+def refusal(config: GPTConfig) -> str | None:
+    """Why `config` cannot be exported (NotExpressible's message, every option named); None when it can."""
+    try:
+        target(config)
+    except NotExpressible as error:
+        return str(error)
+    return None
+
+
 def to_transformers(model: GPT, tokenizer: Tokenizer, meta: dict, out: str | Path, *,
                     load_from: str | None = None) -> Path:
     """Write `model` as a `transformers` model folder at `out` (created if needed; files of an earlier
@@ -128,6 +138,8 @@ def to_transformers(model: GPT, tokenizer: Tokenizer, meta: dict, out: str | Pat
     folder.mkdir(parents=True, exist_ok=True)
     (folder / CONFIG_FILE).write_text(json.dumps(hf_config, indent=2) + "\n")
     save_file(tensors, folder / WEIGHTS_FILE, metadata={"format": "pt"})  # transformers reads "pt" files only
+    # safetensors creates its file readable by its owner alone: give it the mode every other file gets
+    os.chmod(folder / WEIGHTS_FILE, (folder / CONFIG_FILE).stat().st_mode & 0o777)
     tokenizer.huggingface().save(str(folder / TOKENIZER_FILE))
     (folder / TOKENIZER_CONFIG_FILE).write_text(json.dumps(_tokenizer_config(config, end), indent=2) + "\n")
     modelcard.write(folder, config=config, architecture=chosen.architecture, model_type=chosen.model_type,

@@ -121,6 +121,7 @@ class TrainedModel:
     run: int = 0  # its number among the session's runs (core.runs.RunLog), to compare; 0: not a run yet
     source: str | None = None  # a pretrained model's key (playground.pretrained.CATALOGUE); None: the session's own
     task: Any = None  # core.data.Task | None: the synthetic task it last trained on, whose lines Generate writes
+    sample: str = ""  # the last live sample the Train tab showed: the store keeps it, a page coming back shows it
 
     @property
     def step(self) -> int:

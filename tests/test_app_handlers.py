@@ -63,7 +63,7 @@ def trained():
 
 def run_train(train, session="a", **changes):
     """All the updates of one /train call: (status, progress, loss figure, sample, attention, model_changed,
-    movie note, head scores)."""
+    movie note, head scores, what Train will do)."""
     return list(train.train(**{**FORM, **changes}, request=session))
 
 
@@ -80,8 +80,12 @@ def same(a, b):
 
 def test_train_streams_live_updates_and_keeps_the_model(train, ctx):
     updates = run_train(train)
-    status, progress, loss_fig, sample, attention, changed, movie_note, head_scores = updates[-1]
+    status, progress, loss_fig, sample, attention, changed, movie_note, head_scores, next_step = updates[-1]
     assert len(updates) >= 2
+    # what Train will do comes with the status: "Training now" while it trains, the next step with "Done"
+    assert {update[-1] for update in updates[:-1]} == {"Training now: **Stop** ends it and keeps what it has learned."}
+    assert "already trained 20 of 20 steps" in next_step
+    assert next_step == train.preview(**FORM, request="a")[1]  # as the preview says it, once the run is over
     assert status.startswith("Done: 20 steps")
     assert "step 20 / 20" in progress and "tokens/s" in progress
     train_line, val_line, answer_line = plotted(loss_fig).data

@@ -126,7 +126,8 @@ def test_each_new_model_is_a_run_and_train_on_the_same_model_updates_it(train, c
     assert all(r.attention is not None and r.attention.shape[:2] == (1, r.config.n_head) for r in runs)
 
     choices, layer, loss, attention, table = compare.refresh("a")
-    assert layer == 0  # the last layer of the deepest run
+    # the last layer of the deepest run: one-layer runs were offered layers 0-5, and now no slider at all
+    assert layer == gr.update(value=0, visible=False)
     assert choices["value"] == [1, 2, 3] and [c[1] for c in choices["choices"]] == [1, 2, 3]
     assert [row[0] for row in table] == ["Run 1", "Run 2", "Run 3"]
     assert table[1][1] == "2 heads, no √d scaling" and table[2][1] == "1 head, √d scaling"
@@ -141,7 +142,7 @@ def test_each_new_model_is_a_run_and_train_on_the_same_model_updates_it(train, c
 
     list(train.train_new(**{**FORM, "steps": 10, "n_layer": 2}, request="a"))  # a deeper run: shown at its last layer
     choices, layer, _, attention, _ = compare.refresh("a")
-    assert choices["value"] == [1, 2, 3, 4] and layer == 1
+    assert choices["value"] == [1, 2, 3, 4] and layer == gr.update(maximum=1, value=1, visible=True)
     assert "R1 shows its L0" in attention.layout.title.subtitle.text
 
 

@@ -7,6 +7,7 @@ Nothing here touches the network: the Hub is a recorder, or huggingface_hub in o
 import ast
 import contextlib
 import io
+import os
 import re
 import zipfile
 
@@ -15,6 +16,7 @@ import huggingface_hub
 import pytest
 import torch
 import transformers
+from conftest import REPO
 from PIL import Image
 
 import core.export
@@ -24,14 +26,17 @@ from core.data import corpus_text
 from core.export import FILES, NotExpressible, push_to_hub, to_transformers
 from core.model import GPT
 from core.modelcard import CARD_FILE, CURVE_FILE, TRAIN_COLOR
+from core.presets import PRESETS, preset_configs
 from core.sample import generate
 from core.tokenizers import CharTokenizer, GPT2Tokenizer
+from playground.tabs.train.checkpoints import NO_MODEL_TO_EXPORT, exported_as_they_are
 from test_app_handlers import FORM, make_ctx, run_train
 from test_cli import TINY, call_cli
 
 TEXTS = ["The quick brown fox jumps over the lazy dog, and then", "In a hole in the ground there lived a hobbit."]
 LLAMA = dict(position="rope", norm="rmsnorm", activation="swiglu", bias=False, qkv_bias=False, lm_head_bias=False)
 CHARS = CharTokenizer.from_text("abcdefghijklmnopqrstuvwxyz|\n ")
+README = REPO / "README.md"
 
 
 def random_gpt(vocab_size: int = CHARS.vocab_size, **options) -> GPT:
@@ -255,13 +260,19 @@ def test_the_checkpoint_panel_exports_the_sessions_model_as_a_zip(tmp_path):
     from playground.tabs.train import TrainHandlers
 
     train = TrainHandlers(make_ctx())
+    assert train.export_note("a") == (NO_MODEL_TO_EXPORT, gr.update(interactive=False))
     with pytest.raises(gr.Error, match="no model to export"):
         train.export_transformers("a")
     run_train(train, "a")  # the copy task's default model: a bias on its LM head
-    with pytest.raises(gr.Error, match="GPT2LMHeadModel cannot express this model's lm_head_bias=True.*Shakespeare"):
+    refused = "GPT2LMHeadModel cannot express this model's lm_head_bias=True.*Shakespeare, CPU recipe"
+    note, button = train.export_note("a")  # said beside the button, before any click
+    assert re.search(refused, note) and button == gr.update(interactive=False)
+    with pytest.raises(gr.Error, match=refused):  # and to a caller of the API
         train.export_transformers("a")
     hostile = "../" * 8 + str(tmp_path / "elsewhere")  # a session hash is only ever a key
     run_train(train, hostile, preset="shakespeare-char-cpu")  # nanoGPT's model: no biases, untied
+    assert train.export_note(hostile) == ("This model exports as transformers' `GPT2LMHeadModel`.",
+                                          gr.update(interactive=True))
     path = train.export_transformers(hostile)
     session = train.registry.get(hostile)
     assert path == str(train.scratch / session.id / "gpt-step20-transformers.zip")  # named by the server
@@ -269,6 +280,8 @@ def test_the_checkpoint_panel_exports_the_sessions_model_as_a_zip(tmp_path):
     with zipfile.ZipFile(path) as archive:
         files = [name for name in archive.namelist() if not name.endswith("/")]  # (and the folder itself)
         assert sorted(files) == sorted(f"gpt-step20-transformers/{name}" for name in FILES)
+        # every file unzips readable by all, as written with the usual umask of 022 (the weights were 0600)
+        assert {oct(archive.getinfo(name).external_attr >> 16 & 0o777) for name in files} == {"0o644"}
         archive.extractall(tmp_path)
     folder = tmp_path / "gpt-step20-transformers"
     assert "from_pretrained('gpt-step20-transformers')" in (folder / CARD_FILE).read_text()  # as it unzips
@@ -286,3 +299,35 @@ def test_the_export_takes_its_turn_with_the_checkpoints():
     events = {fn.api_name: fn for fn in build_app(Settings()).fns.values() if fn.api_name}
     for name in ("export_transformers", "save_checkpoint"):
         assert (events[name].concurrency_id, events[name].concurrency_limit) == ("checkpoint", 1)
+
+
+def test_every_exported_file_has_the_same_mode_as_a_plain_file(tmp_path):
+    """safetensors writes its file as 0600: the weights would be the one file others cannot read."""
+    previous = os.umask(0o022)
+    try:
+        to_transformers(random_gpt(lm_head_bias=False), CHARS, {}, tmp_path)
+    finally:
+        os.umask(previous)
+    modes = {path.name: oct(path.stat().st_mode & 0o777) for path in tmp_path.iterdir()}
+    assert modes and set(modes.values()) == {"0o644"}, modes
+
+
+def readme_presets(kind: str) -> list[str]:
+    """The presets the README's export section lists after `kind`'s marker, in its order."""
+    line = next(line for line in README.read_text().splitlines() if line.startswith(f"- **{kind}"))
+    return re.findall(r"`([a-z0-9-]+)`", line.split(":**", 1)[1])
+
+
+def test_the_readme_names_which_presets_export_by_the_exports_own_rule():
+    """Each preset in one of the README's three lists, the one core.export's rule puts it in."""
+    def exports(name, **changes):
+        return core.export.refusal(preset_configs(name, vocab_size=65, **changes)[0]) is None
+
+    as_they_are = [name for name in PRESETS if exports(name)]
+    without_bias = [name for name in PRESETS if not exports(name) and exports(name, lm_head_bias=False)]
+    never = [name for name in PRESETS if name not in as_they_are + without_bias]
+    assert readme_presets("Export as they are") == as_they_are
+    assert readme_presets("Export with `--set lm_head_bias=false`") == without_bias
+    assert readme_presets("Never export") == never
+    assert as_they_are == exported_as_they_are()  # the app's note names the same ones
+    assert "induction-rope" in never and "repeat" in without_bias  # the rule sees what the README says

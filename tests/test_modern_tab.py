@@ -5,7 +5,7 @@ from core.checkpoint import save_archive
 from core.config import GPTConfig
 from core.model import GPT
 from core.tokenizers import CharTokenizer
-from playground.tabs.train.form import MODERN, TrainForm
+from playground.tabs.train.form import MODERN, TrainForm, described_parts
 from test_app_handlers import FORM, ctx, run_train, train  # noqa: F401 (ctx and train are fixtures)
 
 LLAMA_PARTS = dict(position="rope", norm="rmsnorm", activation="swiglu", n_kv_head=1, window=6)
@@ -89,3 +89,19 @@ def test_computed_positions_read_past_the_trained_length_and_the_status_says_wha
     run_train(train, "learned")
     status, *_ = attention.analyse(text, "learned")
     assert "Kept the first 16 of the text's 35 tokens" in status and "Past its training length" not in status
+
+
+def test_the_stage_and_the_position_switch_name_the_parts_the_model_is_built_with():
+    """A Llama-style model's stage read "+ residual connections and LayerNorm" and its switch "Position
+    embeddings", ticked, though it has RMSNorm and no position table."""
+    def shown(norm, position):
+        stage, switch = described_parts(norm, position)
+        return dict((name, label) for label, name in stage["choices"])["gpt"], switch["label"]
+
+    assert shown("layernorm", "learned") == (
+        "6. + residual connections and LayerNorm: the full GPT: blocks stack, and deeper trains better.",
+        "Position embeddings")
+    stage, switch = shown("rmsnorm", "rope")
+    assert "RMSNorm" in stage and "LayerNorm" not in stage
+    assert switch == "Positions: RoPE (Llama), no position table"
+    assert shown("layernorm", "alibi")[1] == "Positions: ALiBi, no position table"

@@ -324,3 +324,24 @@ def test_a_set_aside_model_damaged_in_the_store_is_said_once_and_put_aside(tmp_p
         assert "could not be brought back from the server's storage" in message and "safetensors" not in message
         assert [p.name for p in store.glob("*.damaged")] == [archive.stem + ".damaged"]
         assert "There is no model yet" in str(app.ok("generate", GENERATE, "first"))  # then a fresh start
+
+
+def test_the_live_sample_comes_back_with_the_model(tmp_path):
+    """A reload or a restart brought the model and its curve back, and an empty live sample: the last sample
+    the page showed is kept with the model."""
+    from test_app_handlers import FORM, SETTINGS
+
+    from playground.context import AppContext
+    from playground.sessions import SessionRegistry
+    from playground.store import StateStore
+    from playground.tabs.train import TrainHandlers
+
+    def handlers() -> TrainHandlers:  # a server on the store (a second one: a restart)
+        return TrainHandlers(AppContext(settings=SETTINGS, registry=SessionRegistry(10**9, 600), model_changed=None,
+                                        tabs=None, store=StateStore(str(tmp_path / "store"), 10**9)))
+
+    before = handlers()
+    token = before.come_back(None, "tab-before")["token"]
+    shown = list(before.train(**FORM, request="tab-before"))[-1][3]
+    assert shown and before.ctx.store.writer.flush()
+    assert handlers().come_back(token, "tab-after")["sample"] == shown

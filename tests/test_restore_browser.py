@@ -32,8 +32,9 @@ def test_a_restarted_server_gives_the_reloaded_tab_its_model_back(browser, tmp_p
         page.locator("#train-status").filter(has_text=f"Done: {STEPS} steps").wait_for()
         assert demo.store.writer.flush()
         lines = loss_points(page)
+        sample = page.locator("#live-sample textarea").input_value()
         page.screenshot(path=str(SCREENSHOTS / "restore-1-before-restart.png"), full_page=True)
-    assert lines > 0
+    assert lines > 0 and sample
 
     with serve(settings, port=port) as (demo, url):
         page.reload(wait_until="domcontentloaded")
@@ -42,6 +43,7 @@ def test_a_restarted_server_gives_the_reloaded_tab_its_model_back(browser, tmp_p
         page.locator("#loss-plot .scatterlayer .trace").first.wait_for()
         assert loss_points(page) == lines  # the same curves
         assert page.get_by_label("Seed", exact=True).input_value() == "7"  # the form as it was
+        assert page.locator("#live-sample textarea").input_value() == sample  # the live sample too (it was empty)
         page.locator("#train-next").filter(has_text=f"already trained {STEPS} of {STEPS} steps").wait_for()
         assert "(loaded)" in page.locator("#train-progress").inner_text()
         page.locator("#compare").get_by_text("Compare runs").first.click()  # the run kept to compare is back too

@@ -15,6 +15,7 @@ import torch
 from gradio.components.plot import PlotData
 
 from playground.figures import BLUE, GREEN, ORANGE, PALETTE, VERMILLION, note_figure, wrapped
+from playground.figures.attention import TOOLBAR_REMOVED
 
 MAX_POINTS = 600  # per line: a long run stays a small payload at several updates a second
 TRAIN_COLOR, VAL_COLOR, ANSWER_COLOR = BLUE, ORANGE, GREEN
@@ -60,8 +61,11 @@ def _layout_json(x_max: int | None, empty: bool) -> str:
     """The chart's layout as JSON, per x range (a run has a handful): theme, axes, legend."""
     fig = go.Figure()
     fig.update_layout(
-        height=300, margin=dict(l=50, r=10, t=55, b=40), template="plotly_white",  # room for the block label
-        legend=dict(orientation="h", x=1, y=1.0, xanchor="right", yanchor="bottom"),
+        # The top is the block label's (left) and the toolbar's (right, short): the legend goes under the
+        # axis, where a phone's two rows of it cover nothing.
+        height=320, margin=dict(l=50, r=10, t=40, b=90), template="plotly_white",
+        legend=dict(orientation="h", x=0, y=0, xanchor="left", yanchor="bottom", yref="container"),
+        modebar=dict(remove=TOOLBAR_REMOVED),
         xaxis_title="step", yaxis_title="loss (nats)",
         uirevision="loss",  # keep the user's zoom while the chart updates
     )

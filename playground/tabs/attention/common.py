@@ -74,9 +74,11 @@ def md(text: str) -> str:
 
 
 def plot(label: str, elem_id: str, **kwargs) -> gr.Plot:
-    """A gr.Plot with PNG and SVG buttons: plotly draws the file in the browser, no server call."""
+    """A gr.Plot with PNG and SVG buttons: plotly draws the file in the browser, no server call. Plotly's
+    own toolbar, under the buttons, is hidden (style.css: `.figure-buttons`)."""
     buttons = {fmt: gr.Button(fmt.upper(), size="sm") for fmt in FIGURE_FORMATS}
-    plot = gr.Plot(label=label, elem_id=elem_id, buttons=list(buttons.values()), **kwargs)
+    plot = gr.Plot(label=label, elem_id=elem_id, buttons=list(buttons.values()), elem_classes="figure-buttons",
+                   **kwargs)
     for fmt, button in buttons.items():
         scale = 2 if fmt == "png" else 1  # a sharp PNG; an SVG is sharp at any size
         button.click(None, js=f"""() => {{

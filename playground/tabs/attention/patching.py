@@ -137,7 +137,7 @@ def build(ctx: AppContext, handlers: Handlers, page: Page) -> dict[str, gr.Compo
                                    elem_id="patching-corrupted")
             run = gr.Button("Patch", variant="primary", scale=1, elem_id="patching-run")
         gr.Examples([list(pair) for pair in PAIRS], inputs=[clean, corrupted], label="Pairs (the first for the copy tasks, the second "
-                    "for GPT-2 and SmolLM2)")
+                    "for GPT-2 and SmolLM2)", elem_id="patching-pairs")
         shown = dict(note=gr.Markdown(elem_id="patching-note"),
                      residual=plot("The residual stream", "patching-residual"),
                      heads=plot("Each head", "patching-heads"))

@@ -20,10 +20,10 @@ import gradio as gr
 
 from core.checkpoint import load as load_checkpoint_file
 from core.checkpoint import load_trainer_state, save_archive
-from core.config import stage_of
+from core.config import GPTConfig, stage_of
 from core.data import CORPORA, Task
-from core.export import NotExpressible, to_transformers
-from core.presets import PRESETS
+from core.export import refusal, target, to_transformers
+from core.presets import PRESETS, preset_configs
 from playground import validate
 from playground.figures import note_figure
 from playground.figures.training import loss_figure
@@ -41,8 +41,26 @@ def checkpoint_meta(trained: TrainedModel) -> dict:
     }
 
 
-LM_HEAD_BIAS_HINT = ("This model's output layer has a bias, as the model of Karpathy's lecture has and GPT-2 and "
-                     "Llama do not. Models of the Shakespeare, Llama-style and binary presets export.")
+NO_MODEL_TO_EXPORT = "Train a model first: this note then says whether `transformers` can load it."
+
+
+def exported_as_they_are() -> list[str]:
+    """The presets whose models export as they are, by core.export's own rule (the vocabulary's size
+    takes no part in it)."""
+    return [name for name in PRESETS if refusal(preset_configs(name, vocab_size=2)[0]) is None]
+
+
+def export_refusal(config: GPTConfig) -> str | None:
+    """Why the model cannot be exported, in the UI's words (None when it can): the options transformers
+    cannot express and, for the output layer's bias that most models made with the form have, which
+    presets' models export."""
+    why = refusal(config)
+    if why is None or not config.lm_head_bias:
+        return why
+    titles = "; ".join(PRESETS[name].title for name in exported_as_they_are())
+    return (f"{why}. Its output layer has a bias, as the lecture's model has and GPT-2 and Llama do not; the form "
+            f"keeps each preset's choice, and these presets' models have none: {titles}. On the command line, "
+            "`--set lm_head_bias=false` trains the others without it (the README lists which then export).")
 
 
 class CheckpointHandlers(FormRules):
@@ -59,20 +77,29 @@ class CheckpointHandlers(FormRules):
         """The session's model as a `transformers` model folder, zipped, to download; a model with options
         transformers cannot express is refused, naming them."""
         with self._download(request, "exporting the model", "export") as (trained, folder):
+            why = export_refusal(trained.model.config)
+            if why is not None:  # said beside the button already; asked through the API all the same
+                raise gr.Error(why, print_exception=False)
             exported = folder / f"gpt-step{trained.step}-transformers"
-            try:
-                with validate.user_errors():
-                    # The card's loading code reads the folder as the zip unpacks it: under its own name.
-                    to_transformers(trained.model, trained.tokenizer, checkpoint_meta(trained), exported,
-                                    load_from=exported.name)
-            except gr.Error as error:
-                # the option most models made with the form have: say which ones export
-                hint = f". {LM_HEAD_BIAS_HINT}" if isinstance(error.__cause__, NotExpressible) and \
-                    trained.model.config.lm_head_bias else ""
-                raise gr.Error(f"{error.message}{hint}", print_exception=False) from None
+            with validate.user_errors():
+                # The card's loading code reads the folder as the zip unpacks it: under its own name.
+                to_transformers(trained.model, trained.tokenizer, checkpoint_meta(trained), exported,
+                                load_from=exported.name)
             archive = shutil.make_archive(str(exported), "zip", root_dir=folder, base_dir=exported.name)
             shutil.rmtree(exported)  # the zip holds it
             return archive
+
+    def export_note(self, request: gr.Request) -> tuple[str, Any]:
+        """(the note beside Export, the button's update), following the session's model: what transformers
+        will load it as, or why it cannot (the button disabled then)."""
+        session = self.registry.peek(request)
+        if session is None or session.trained is None:
+            return NO_MODEL_TO_EXPORT, gr.update(interactive=False)
+        config = session.trained.model.config
+        why = export_refusal(config)
+        if why is not None:
+            return f"⚠️ This model cannot be exported: {why}", gr.update(interactive=False)
+        return f"This model exports as transformers' `{target(config).architecture}`.", gr.update(interactive=True)
 
     @contextlib.contextmanager
     def _download(self, request: gr.Request, job: str, verb: str) -> Iterator[tuple[TrainedModel, Path]]:

@@ -35,13 +35,15 @@ class CompareHandlers:
         self.max_layers = ctx.settings.max_layers
 
     def refresh(self, request: gr.Request) -> tuple:
-        """After a run: every kept run chosen, and drawn at the last layer of the deepest."""
+        """After a run: every kept run chosen, and drawn at the last layer of the deepest; the Layer slider
+        reaches that far and no further, and is hidden while every run has one layer."""
         runs = self._runs(request)
         numbers = [record.number for record in runs.records]
         choices = [(run_name(record, []), record.number) for record in runs.records]
         layer = max((record.attention.size(0) - 1 for record in runs.records if record.attention is not None),
                     default=0)
-        return (gr.update(choices=choices, value=numbers), layer, *self.show(numbers, layer, request))
+        slider = gr.update(maximum=layer, value=layer, visible=True) if layer else gr.update(value=0, visible=False)
+        return (gr.update(choices=choices, value=numbers), slider, *self.show(numbers, layer, request))
 
     def show(self, chosen, layer, request: gr.Request) -> tuple:
         """(loss figure, attention figure, table) of the chosen runs, at `layer` of each."""
@@ -113,7 +115,8 @@ def build(ctx: AppContext) -> tuple[CompareHandlers, list[gr.components.Componen
     gr.Markdown(INTRO, elem_id="compare-intro")
     with gr.Row(equal_height=True):
         chosen = gr.CheckboxGroup([], label="Runs to compare", scale=3, min_width=200, elem_id="compare-runs")
-        layer = gr.Slider(0, handlers.max_layers - 1, value=handlers.max_layers - 1, step=1, scale=2, min_width=200,
+        # hidden until `refresh` sets it to the runs' depth
+        layer = gr.Slider(0, 1, value=0, step=1, scale=2, min_width=200, visible=False,
                           label="Layer", info="A run with fewer layers shows its last.", elem_id="compare-layer")
     with gr.Row(equal_height=False):
         loss = gr.Plot(note_figure(NO_RUNS), label="Loss of each run", min_width=300, elem_id="compare-loss")

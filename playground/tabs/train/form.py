@@ -38,7 +38,6 @@ CORPUS_CHOICES = [(info.title, name) for name, info in CORPORA.items()] + [
     ("Paste your own text", PASTE), ("Upload a .txt file", UPLOAD),
 ]
 TOKENIZER_CHOICES = [("Characters", "char"), ("GPT-2 BPE (50,257 tokens)", "gpt2")]
-STAGE_CHOICES = [(f"{i + 1}. {stage.title}: {stage.description}", name) for i, (name, stage) in enumerate(STAGES.items())]
 SAMPLE_TOKENS = 120  # the live sample's length (the run decides when to draw one)
 # Break-it switches, each named after what it reads of a GPTConfig (`_switched_off`: what it sets when off):
 # each removes something attention needs. (label, what to expect when off)
@@ -72,6 +71,7 @@ POSITION_CHOICES = [("Learned (GPT-2)", "learned"), ("RoPE (Llama)", "rope"), ("
 NORM_CHOICES = [("LayerNorm (GPT-2)", "layernorm"), ("RMSNorm (Llama)", "rmsnorm")]
 ACTIVATION_CHOICES = [("GELU (GPT-2)", "gelu"), ("GELU, tanh (GPT-2's own)", "gelu_tanh"), ("ReLU (the lecture)", "relu"),
                       ("SwiGLU (Llama)", "swiglu")]
+NORM_NAMES = {value: label.split(" (")[0] for label, value in NORM_CHOICES}  # "LayerNorm", "RMSNorm"
 # The model fields the tab controls; a trained model continues only if these still match.
 MODEL_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "dropout", *BREAK_IT, *MODERN)
 
@@ -342,6 +342,29 @@ def switches(config: GPTConfig, stage: str | None) -> dict[str, bool]:
 def modern_parts(config: GPTConfig) -> dict[str, Any]:
     """The Modern parts fields that show a model (0 where an option is off)."""
     return {name: getattr(config, name) or 0 for name in MODERN}
+
+
+def stage_choices(norm: str = "layernorm") -> list[tuple[str, str]]:
+    """The Stage dropdown's choices for a model normalised by `norm`: the lecture's full GPT has LayerNorm,
+    one built with RMSNorm is named so."""
+    return [(f"{i + 1}. {stage.title.replace('LayerNorm', NORM_NAMES[norm])}: {stage.description}", name)
+            for i, (name, stage) in enumerate(STAGES.items())]
+
+
+def position_switch_label(position: str = "learned") -> str:
+    """The position switch's label as the model has its positions: a table ("Position embeddings") only
+    with learned positions; RoPE and ALiBi compute theirs, and "none" has none, whatever the switch."""
+    if position == "learned":
+        return BREAK_IT["use_position_embedding"][0]
+    return f"Positions: {dict((value, label) for label, value in POSITION_CHOICES)[position]}, no position table"
+
+
+def described_parts(norm: str, position: str) -> tuple:
+    """The Stage dropdown and the position switch naming the parts the form's model is built with (the
+    Modern parts fields): a Llama-style model's stage says RMSNorm, its switch says RoPE."""
+    norm = validate.choice(norm, "Normalisation", NORM_NAMES)
+    position = validate.choice(position, "Positions", [value for _, value in POSITION_CHOICES])
+    return gr.update(choices=stage_choices(norm)), gr.update(label=position_switch_label(position))
 
 
 def heads_for_stage(stage: str):

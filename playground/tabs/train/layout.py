@@ -35,9 +35,11 @@ from playground.figures import note_figure
 from playground.figures.training import loss_figure
 from playground.sessions import Session
 from playground.tabs.train import compare, link
+from playground.tabs.train.checkpoints import NO_MODEL_TO_EXPORT
 from playground.tabs.train.form import (
     ACTIVATION_CHOICES, BREAK_IT, CORPUS_CHOICES, FORM_FIELDS, MODEL_FIELDS, MODERN, NORM_CHOICES, PASTE,
-    POSITION_CHOICES, STAGE_CHOICES, TOKENIZER_CHOICES, UPLOAD, heads_for_stage, layers_for_stage,
+    POSITION_CHOICES, TOKENIZER_CHOICES, UPLOAD, described_parts, heads_for_stage, layers_for_stage,
+    position_switch_label, stage_choices,
 )
 from playground.tabs.train.replay import NO_MOVIE, NO_REPLAY, NO_SCORES, PLAY, PLAY_INTERVAL_S, ReplayHandlers
 from playground.tabs.train.restore import CARRY_NOTE, KEPT_FIELDS, SEEN_KEY, SEEN_SECRET, STORAGE_KEY, RestoreHandlers
@@ -97,7 +99,7 @@ def build(ctx: AppContext) -> TrainHandlers:
                                          visible=False)
                 form["tokenizer"] = gr.Radio(TOKENIZER_CHOICES, value=start.tokenizer, label="Tokenizer")
             with gr.Accordion("Model", open=True) as groups["model"]:
-                form["stage"] = gr.Dropdown(STAGE_CHOICES, value=start.stage, elem_id="stage-dropdown",
+                form["stage"] = gr.Dropdown(stage_choices(start.norm), value=start.stage, elem_id="stage-dropdown",
                                             label="Stage of the progression (bigram → GPT)")
                 with gr.Row():
                     form["n_layer"] = gr.Slider(1, s.max_layers, value=start.n_layer, step=1, label="Layers")
@@ -111,6 +113,7 @@ def build(ctx: AppContext) -> TrainHandlers:
                 form["dropout"] = gr.Slider(0.0, 0.5, value=start.dropout, step=0.05, label="Dropout")
                 gr.Markdown("**Break it**: each switch removes something attention needs.", elem_classes="caps-note")
                 for name, (label, info) in BREAK_IT.items():
+                    label = position_switch_label(start.position) if name == "use_position_embedding" else label
                     form[name] = gr.Checkbox(getattr(start, name), label=label, info=info, elem_id=f"switch-{name}")
                 params = gr.Markdown(elem_id="param-count")
                 if not s.caps_lifted:
@@ -193,8 +196,10 @@ def build(ctx: AppContext) -> TrainHandlers:
                     checkpoint_file = gr.File(label="Checkpoint", interactive=False)
                 gr.Markdown("The download holds the weights and, for models that still fit the upload cap, "
                             "the optimizer's state: uploaded again, **Train** continues exactly where it stopped.")
+                # whether the model exports, said over the button before a click (disabled where it cannot)
+                export_note = gr.Markdown(NO_MODEL_TO_EXPORT, elem_id="export-note")
                 with gr.Row():
-                    export_btn = gr.Button("Export for transformers (.zip)")
+                    export_btn = gr.Button("Export for transformers (.zip)", interactive=False, elem_id="export-button")
                     export_file = gr.File(label="transformers model", interactive=False)
                 gr.Markdown("The export is a folder that Hugging Face `transformers` loads as a GPT-2 or a Llama "
                             "(`AutoModelForCausalLM`, `AutoTokenizer`) with the same outputs, and a model card with "
@@ -221,9 +226,9 @@ def build(ctx: AppContext) -> TrainHandlers:
                                          interactive=ctx.store is not None)
     if set(form) != set(FORM_FIELDS):
         raise RuntimeError(f"the Train tab's components do not match TrainForm: {sorted(set(form) ^ set(FORM_FIELDS))}")
-    shown.update(status=status, progress=progress, model_changed=ctx.model_changed, movie_note=movie_note,
-                 movie_plot=movie_plot, head_scores=head_scores, movie_step=movie_step, attention=attention_plot,
-                 **form)
+    shown.update(status=status, progress=progress, sample=sample, model_changed=ctx.model_changed,
+                 movie_note=movie_note, movie_plot=movie_plot, head_scores=head_scores, movie_step=movie_step,
+                 attention=attention_plot, **form)
 
     def by_name(fn: Callable) -> Callable:
         """`fn` returning {name: value} as a handler returning {component: value} (Gradio's form)."""
@@ -233,7 +238,8 @@ def build(ctx: AppContext) -> TrainHandlers:
         return handler
 
     inputs = [form[name] for name in FORM_FIELDS]
-    live = [status, progress, shown["loss_plot"], sample, attention_plot, ctx.model_changed, movie_note, head_scores]
+    live = [status, progress, shown["loss_plot"], sample, attention_plot, ctx.model_changed, movie_note, head_scores,
+            next_step]
     cheap = dict(**ctx.cheap(), show_progress="hidden")
     preset_outputs = [shown["preset_info"]] + [form[name] for name in FORM_FIELDS if name != "preset"]
     # .input, not .change: a preset set by the page's link must not overwrite the link's own fields.
@@ -244,16 +250,20 @@ def build(ctx: AppContext) -> TrainHandlers:
     form["corpus"].change(_show_corpus_inputs, form["corpus"], [form["text"], form["upload"]], **beside_preview)
     form["corpus"].change(handlers.describe_setup, [form["preset"], form["corpus"]], shown["preset_info"],
                           **beside_preview)
+    # The stage and the position switch name the parts the model is built with (RMSNorm, RoPE).
+    gr.on([form["norm"].change, form["position"].change], described_parts, [form["norm"], form["position"]],
+          [form["stage"], form["use_position_embedding"]], **beside_preview)
     view = gr.State(link.View())  # the groups the page's link hid and locked
     for field, fixed_by_stage in (("n_head", heads_for_stage), ("n_layer", layers_for_stage)):
         form["stage"].change(link.keeping_locks(fixed_by_stage, field), [form["stage"], view], form[field],
                              **beside_preview)
     # (the steps too: "already trained 120 of 120 steps" must go once Steps is raised)
     previewed = [form[name] for name in ("corpus", "tokenizer", "stage", *MODEL_FIELDS, "upload", "steps")]
-    # The live count and whether Train continues; also after training and Stop (the model changed).
+    # The live count and whether Train continues. A run says the latter itself, with its status; an upload and a
+    # model coming back ask after them. (Not a follower of the model: one that ran while the run trained landed
+    # after "Done" on a busy server, saying "Training now" until the next one.)
     gr.on([c.change for c in previewed] + [form["text"].blur, ctx.demo.load],
           handlers.preview, inputs, [params, next_step], api_name="preview", api_visibility="private", **cheap)
-    ctx.follow_model(handlers.preview, inputs, [params, next_step])
     training = dict(**ctx.heavy("train"))  # both buttons share one concurrency id: one limit for all trainings
     quiet = dict(**cheap, api_visibility="private")
     for trained in (train_btn.click(handlers.train, inputs, live, api_name="train", **training),
@@ -270,13 +280,15 @@ def build(ctx: AppContext) -> TrainHandlers:
     # One checkpoint at a time on the whole server: each briefly holds a model's bytes twice.
     one_at_a_time = dict(**ctx.heavy("checkpoint"), show_progress="minimal")
     save_btn.click(handlers.save_checkpoint, None, checkpoint_file, api_name="save_checkpoint", **one_at_a_time)
+    ctx.follow_model(handlers.export_note, [], [export_note, export_btn])
     export_btn.click(handlers.export_transformers, None, export_file, api_name="export_transformers", **one_at_a_time)
     gif_btn.click(handlers.movie_gif, None, gif_file, api_name="attention_movie_gif", **one_at_a_time).success(
         _shown, None, gif_file, **quiet)  # the file box appears once there is a file
     loaded_outputs = [shown[name] for name in ("status", "progress", "loss_plot", "model_changed", "movie_note",
                                                 "movie_plot", "head_scores", "tokenizer", "stage", *MODEL_FIELDS)]
     checkpoint_upload.upload(by_name(handlers.load_checkpoint), checkpoint_upload, loaded_outputs,
-                             api_name="load_checkpoint", **one_at_a_time)
+                             api_name="load_checkpoint", **one_at_a_time).then(
+        handlers.preview, inputs, [params, next_step], **quiet)
     opened = link.wire(ctx, handlers, form, groups, view=view, note_box=link_note, preset_info=shown["preset_info"],
                        button=share_btn, link_box=share_link,
                        writers=[(form["preset"], preset_outputs), (checkpoint_upload, loaded_outputs)])
@@ -284,8 +296,9 @@ def build(ctx: AppContext) -> TrainHandlers:
     shown["token"] = gr.BrowserState(None, storage_key=STORAGE_KEY,
                                      secret=ctx.store.secret() if ctx.store is not None else None)
     shown["seen"] = gr.BrowserState(False, storage_key=SEEN_KEY, secret=SEEN_SECRET)
-    restored = [shown[name] for name in ("token", "seen", "status", "progress", "loss_plot", "model_changed", "movie_note",
-                                         "movie_plot", "head_scores", "movie_step", "attention", *KEPT_FIELDS)]
+    restored = [shown[name] for name in ("token", "seen", "status", "progress", "loss_plot", "sample", "model_changed",
+                                         "movie_note", "movie_plot", "head_scores", "movie_step", "attention",
+                                         *KEPT_FIELDS)]
     # ... then what Train will do is said again, with the form as it now is
     opened.then(by_name(handlers.come_back), [shown["token"], shown["seen"]], restored, api_name="come_back",
                 **quiet).then(

@@ -65,6 +65,7 @@ BAD_CODE = ("That code does not open a model here: it has a typo, was made by an
             f"older than {HOURS} hours. Make a new one in the browser that has the model.")
 DAMAGED = "Your saved model was damaged and could not be read: starting afresh. Press **Train** to begin again."
 WELCOME = "Welcome back: your model is here as you left it, at step {step}, and Generate and Attention read it."
+MAX_SAMPLE_CHARS = 20_000  # a live sample is SAMPLE_TOKENS tokens: far fewer characters, even of GPT-2's
 MEMORY_ONLY = ("⚠️ This server cannot save models right now (its storage is full or not writable): yours lives "
                "in memory only. A reload of this tab finds it again within {minutes:.0f} minutes of closing it (while "
                "the server has room), but a restart of the server loses it. Download a checkpoint to keep it.")
@@ -146,7 +147,8 @@ class RestoreHandlers(CheckpointHandlers):
                 return {"status": DAMAGED}
         form = self._checked_form(meta.get("form"))
         status = WELCOME.format(step=session.trained.step)
-        return {"status": status, **self._shown_after_load(session, meta), **_movie_shown(session), **form}
+        return {"status": status, **self._shown_after_load(session, meta), **_movie_shown(session), **form,
+                "sample": session.trained.sample}
 
     def carry_code(self, request: gr.Request) -> str:
         """A continue-elsewhere code for the session's model, kept in the store as it is now."""
@@ -181,7 +183,7 @@ class RestoreHandlers(CheckpointHandlers):
         status = (f"Your model from the other browser is here, at step {session.trained.step}: Train continues it, "
                   "Generate and Attention read it. This browser keeps it from now on.")
         return {"token": token, "status": status, "carry_box": "", **self._shown_after_load(session, meta),
-                **_movie_shown(session), **self._checked_form(meta.get("form"))}
+                **_movie_shown(session), **self._checked_form(meta.get("form")), "sample": session.trained.sample}
 
     def _working_store(self):
         """The state store, or gr.Error saying why a model cannot travel by code here."""
@@ -210,7 +212,7 @@ class RestoreHandlers(CheckpointHandlers):
         note = self._memory_note()
         status = WELCOME.format(step=session.trained.step) + (f"\n\n{note}" if isinstance(note, str) else "")
         return {"status": status, **self._shown_after_load(session, {"history": session.trained.history}),
-                **_movie_shown(session), **self._checked_form(session.kept_form)}
+                **_movie_shown(session), **self._checked_form(session.kept_form), "sample": session.trained.sample}
 
     def _adopt_readable(self, session: Session, archive: Path) -> dict | None:
         """`_adopt_kept`, or None when the archive cannot be read: then it is put aside and the details logged
@@ -228,7 +230,7 @@ class RestoreHandlers(CheckpointHandlers):
     def _adopt_kept(self, session: Session, archive: Path) -> dict:
         """The store's archive as the session's model, with its form and compared runs; its meta."""
         meta = self._adopt(session, str(archive), "your earlier model")
-        session.kept_form = meta.get("form")
+        session.kept_form, session.trained.sample = meta.get("form"), _kept_sample(meta)
         try:
             runs, session.trained.movie = load_kept(archive, session.model.config)  # Train goes on recording it
         except CheckpointError as error:  # the model is back; what came with it failed its checks and is dropped
@@ -256,10 +258,16 @@ def _kept(session: Session) -> Encoded:
     """What the store keeps of a session: its model as a checkpoint with its training state, the form it
     trained with, the runs kept to compare and the attention movie."""
     trained = session.trained
-    meta = {**checkpoint_meta(trained), "form": session.kept_form, "run": trained.run}
+    meta = {**checkpoint_meta(trained), "form": session.kept_form, "run": trained.run, "sample": trained.sample}
     encoded = encode(trained.model, trained.tokenizer, meta, trained.training_state())
     movie = encode_movie(trained.movie) if trained.movie is not None and trained.movie.frames else None
     return dataclasses.replace(encoded, runs=encode_runs(session.runs), movie=movie)
+
+
+def _kept_sample(meta: dict) -> str:
+    """The live sample kept with the model ('' from a store entry without one, or with something else)."""
+    sample = meta.get("sample")
+    return sample if isinstance(sample, str) and len(sample) <= MAX_SAMPLE_CHARS else ""
 
 
 def _movie_shown(session: Session) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
 from playground.sessions import Session, TrainedModel, listed, missing_parts, training_bytes
 from playground.tabs.train import compare
 from playground.tabs.train.form import (
-    BREAK_IT, MODEL_FIELDS, NORM_CHOICES, FormRules, Recipe, TrainForm, takes_the_form,
+    BREAK_IT, MODEL_FIELDS, NORM_NAMES, FormRules, Recipe, TrainForm, takes_the_form,
 )
 from playground.tabs.train.replay import NO_SCORES, movie_for_run, movie_note, scores_plot, snapshot_due
 from playground.zerogpu import ZeroGPUTrainer
@@ -46,6 +46,7 @@ VIEW_BUDGET = 0.15
 NO_ATTENTION_YET = "Press Train: the attention of each head on a probe prompt appears here."
 ATTENTION_INTERVAL_S = 0.5  # the heatmap grid is the heaviest payload (~150 KB for 6 x 8 heads): 2 a second
 SAMPLE_INTERVAL_S = 2.0  # a fresh live sample costs sample_tokens forward passes
+TRAINING_NOW = "Training now: **Stop** ends it and keeps what it has learned."
 NO_MASK_SCORES = (" ⚠️ Each position also reads the tokens after it, the next one included: the loss and the answers "
                   "score copying, not predicting. The live sample, with no text after it to read, shows what it "
                   "can really write.")
@@ -103,12 +104,16 @@ class RunHandlers(FormRules):
         parts = ", ".join(f"{label} {count:,}" for label, count in _count_parts(counts, config.norm) if count)
         count = f"**{counts['total']:,} parameters** ({parts}); vocabulary {config.vocab_size:,} tokens."
         session = self.registry.peek(request) if request is not None else None
+        return count, self._next_step(session, config, tokenizer, recipe.train["max_iters"])
+
+    def _next_step(self, session: Session | None, config: GPTConfig, tokenizer: Tokenizer, steps: int) -> str:
+        """What Train will do with settings that describe `config`, `tokenizer` and `steps`."""
         if session is not None and session.trainer is not None and session.trainer.running:
-            return count, "Training now: **Stop** ends it and keeps what it has learned."
+            return TRAINING_NOW
         if session is None or session.model is None:
-            return count, "**Train** starts a new model with these settings."
-        return count, (self._choice_needed(session, config, tokenizer, recipe.train["max_iters"])
-                       or f"**Train** continues your model from step {session.trained.step}; **New model** starts afresh.")
+            return "**Train** starts a new model with these settings."
+        return (self._choice_needed(session, config, tokenizer, steps)
+                or f"**Train** continues your model from step {session.trained.step}; **New model** starts afresh.")
 
     @takes_the_form
     def train(self, form: TrainForm, request: gr.Request | str):
@@ -117,7 +122,8 @@ class RunHandlers(FormRules):
 
         Returns:
             (status, progress HTML, loss chart, a sample of the model's text, attention map of the
-            probe prompt, model_changed: a stamp the other tabs watch), the last one when training ends.
+            probe prompt, model_changed: a stamp the other tabs watch (the last one when training ends),
+            the replay's note, the head scores chart, what Train will do next).
         """
         yield from self._train(form, request, new=False)
 
@@ -224,9 +230,7 @@ class RunHandlers(FormRules):
                         probe = trainer.induction_scores() if movie.probe_due(event.done) else None
                         movie.add(event.step, trainer.probe_attention(), probe)
                     viewing += time.perf_counter() - started
-            if not event.error and (event.val_loss is not None or event.done):
-                if event.done:  # the run joins those kept to compare, before the store keeps them with the model
-                    compare.record(session, token_labels(trainer.tokenizer, trainer.probe_ids))
+            if not event.error and event.val_loss is not None and not event.done:
                 keep()  # encoded here, written by the store's thread: the next step does not wait for it
             if not event.done and now - last_ui < UI_INTERVAL_S * slower:
                 continue
@@ -245,11 +249,18 @@ class RunHandlers(FormRules):
                     started = time.perf_counter()
                     if granted and sample_due:
                         sample, last_sample = trainer.sample(), now
+                        session.trained.sample = sample  # kept with the model: a page coming back shows it
                     if granted and attention_due:
                         attention, last_attention = self._attention_figure(trainer), now
                     viewing += time.perf_counter() - started
-            if event.done:
+            next_step = TRAINING_NOW
+            if event.done:  # the run joins those kept to compare, before the store keeps them, the last sample too
+                compare.record(session, token_labels(trainer.tokenizer, trainer.probe_ids))
+                keep()
                 described = describe(session)  # other tabs follow the model once the run ends
+                # said with the status, not seconds later by the followers of the model (issue 36)
+                trained = session.trained
+                next_step = self._next_step(session, trained.model.config, trained.tokenizer, until)
             frames = [] if movie is None else movie.frames
             if frames and frames[-1].step != scored_step:  # drawn again only when a snapshot came
                 scores, scored_step = scores_plot(movie), frames[-1].step
@@ -257,7 +268,7 @@ class RunHandlers(FormRules):
             status = _status(event, sharing, opening if first else "Training", where, why)
             yield self._update(session, status=status, event=event, sample=sample, attention=attention,
                                model_changed=described, movie_note=movie_note(movie, not event.done),
-                               scores=scores)
+                               scores=scores, next_step=next_step)
             first = False
 
     def _attention_figure(self, trainer: Trainer):
@@ -268,13 +279,14 @@ class RunHandlers(FormRules):
         return PlotData(type="plotly", plot=figure.to_json())  # serialised once, though sent with every update
 
     def _update(self, session: Session, *, status: str, event=None, sample=gr.skip(), attention=gr.skip(),
-                model_changed=gr.skip(), movie_note=gr.skip(), scores=gr.skip()) -> tuple:
-        """(status, progress, loss figure, sample, attention, model_changed, movie note, head scores)."""
+                model_changed=gr.skip(), movie_note=gr.skip(), scores=gr.skip(), next_step=gr.skip()) -> tuple:
+        """(status, progress, loss figure, sample, attention, model_changed, movie note, head scores, what
+        Train will do)."""
         history = [] if session.trained is None else session.trained.history
         config = None if session.trained is None else session.trained.model.config
         progress = progress_html(event, history, config) if event is not None else gr.skip()
         return (status, progress, loss_figure(history, event.max_iters if event else None), sample, attention,
-                model_changed, movie_note, scores)
+                model_changed, movie_note, scores, next_step)
 
     def stop(self, request: gr.Request):
         """Stop this session's training after the current step; the weights are kept, and train goes on
@@ -325,16 +337,12 @@ def describe(session: Session) -> str:
     return "" if session.trained is None else session.trained.describe()
 
 
-# "LayerNorms", "RMSNorms": the form's names without their models
-NORM_NAMES = {value: label.split(" (")[0] + "s" for label, value in NORM_CHOICES}
-
-
 def _count_parts(counts: dict[str, int], norm: str) -> list[tuple[str, int]]:
     """The parameter count's parts, which add up to its total (a tied head counts once)."""
     return [
         ("token embedding", counts["token_embedding"]), ("position embedding", counts["position_embedding"]),
         ("attention", counts["attention"]), ("feed-forward", counts["feed_forward"]),
-        (NORM_NAMES[norm], counts["block_layer_norms"] + counts["final_layer_norm"]), ("LM head", counts["lm_head"]),
+        (NORM_NAMES[norm] + "s", counts["block_layer_norms"] + counts["final_layer_norm"]), ("LM head", counts["lm_head"]),
     ]
 
 
