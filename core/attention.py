@@ -355,14 +355,15 @@ def probe_halves(block_size: int) -> tuple[int, int] | None:
 @torch.no_grad()
 def probe_induction(model: GPT, *, seed: int = 0) -> torch.Tensor | None:
     """Each head's induction score on random tokens written twice, the lower of two repeat
-    lengths: (L, H), or None when the model's context is too short for the probes.
+    lengths: (L, H), or None when the model's context is too short for the probes or it has no
+    attention (a stage without it).
 
     A head that reads by position looks back one fixed distance, which lands on the repeat of
     at most one of the lengths; an induction head follows the repeat at both. Seeded, so one
     model always gets the same scores.
     """
     halves = probe_halves(model.config.block_size)
-    if halves is None:
+    if halves is None or not model.config.use_attention or not model.blocks:
         return None
     scores = []
     for i, half in enumerate(halves):

@@ -4,7 +4,7 @@ memory; each head's pattern scores at every snapshot; the moment an induction he
     movie = AttentionMovie(probe_ids, max_bytes=2 * 2**20)
     for event in trainer.run():
         if not event.done and movie.wants(event.step):
-            probe = trainer.induction_scores() if movie.probe_due(event.done) else None
+            probe = probe_induction(trainer.model) if movie.probe_due(event.done) else None
             movie.add(event.step, trainer.probe_attention(), probe)
     movie.frames[-1].maps                  # (L, H, T, T) float16, the last snapshot
     steps, previous = movie.score_curve("previous-token")   # (F,) steps and (F, L, H) scores on the probe text

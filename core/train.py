@@ -48,7 +48,7 @@ import torch
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from core.attention import attention_maps, probe_induction
+from core.attention import attention_maps
 from core.data import TokenData, answer_mask, every_window_has_an_answer, get_batch
 from core.config import TrainConfig
 from core.device import autocast_dtype
@@ -476,13 +476,6 @@ class Trainer:
         if not self.model.config.use_attention or not self.model.blocks:
             return []
         return list(attention_maps(self.model, self.probe_ids))
-
-    def induction_scores(self) -> torch.Tensor | None:
-        """Each head's induction score on random tokens written twice (`core.attention.probe_induction`),
-        (L, H): what decides an induction head; None without attention or in a context too short for it."""
-        if not self.model.config.use_attention or not self.model.blocks:
-            return None
-        return probe_induction(self.model)
 
     def _event(self, train_loss: float, val_loss: float | None, lr: float, until: int) -> TrainEvent:
         return TrainEvent(

@@ -304,7 +304,7 @@ def copy_task():
     movie = AttentionMovie(trainer.probe_ids, every=train_config.max_iters // MOVIE_FRAMES)  # as the Train tab records
     for event in trainer.run():
         if movie.wants(event.step) or event.done:
-            probe = trainer.induction_scores() if movie.probe_due(event.done) else None
+            probe = probe_induction(trainer.model) if movie.probe_due(event.done) else None
             movie.add(event.step, trainer.probe_attention(), probe)
     handlers = tab.AttentionHandlers(make_ctx())
     session = handlers.ctx.registry.get("learner")

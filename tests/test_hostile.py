@@ -506,7 +506,10 @@ def test_the_inside_tools_answer_and_export_under_the_servers_names(app, analyse
     assert json.loads(app.ok("head_importance", ["mean"], analysed)[0]["plot"])["data"][0]["type"] == "heatmap"
     assert "really comes next" in app.ok("logit_lens", [3], analysed)[0]
     assert "The largest direct shares" in app.ok("logit_attribution", [12, ""], analysed)[0]
-    assert "brings back the most" in app.ok("patch", ["qwhzbkad|qwhzb", "qwhzbxad|qwhzb"], analysed)[0]
+    # 20 steps barely move this model's answer: whether shares are drawn or the gap is named too small to share
+    # (core.attribution.MIN_PATCH_GAP, tested on trained models elsewhere), the tool answers under its name
+    patched = app.ok("patch", ["qwhzbkad|qwhzb", "qwhzbxad|qwhzb"], analysed)[0]
+    assert "Clean, the model prefers" in patched and ("brings back the most" in patched or "none is drawn" in patched)
     assert "copying score" in app.ok("circuits", [0, 1], analysed)[0]
     hostile = "../" * 6 + "tmp/inside-export"
     app.ok("train", form(), hostile)
@@ -570,7 +573,8 @@ def test_calls_to_events_the_app_does_not_have_are_refused_in_one_log_line(logge
         answer = httpx.post(f"{server.url}gradio_api/{path}", json=body, timeout=30)
         assert answer.status_code == 404, (path, answer.status_code, answer.text[:300])
         assert answer.json()["detail"].startswith("This app has no event "), answer.text
-    lines = log.read_text().splitlines()[before:]
+    # (Gradio's launch banner, "* To create a public link ...", may land late: it is not a line of ours)
+    lines = [line for line in log.read_text().splitlines()[before:] if line.strip() and not line.startswith("* ")]
     assert len(lines) <= 200 and not [line for line in lines if "Traceback" in line], "\n".join(lines[:80])
     assert "refused /gradio_api/call/reset: This app has no event named /reset." in lines[0]
 

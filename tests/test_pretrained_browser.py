@@ -3,6 +3,8 @@ patch the names pair; the Generate tab's picker follows. Both are tiny random mo
 without the weights says so at once, and keeps saying it. Screenshots go to tests/screenshots/ for a person to look at.
 """
 
+import re
+
 import pytest
 from conftest import SCREENSHOTS, serve
 from test_browser import assert_no_errors, open_tab
@@ -35,8 +37,11 @@ def test_pick_gpt2_on_the_attention_tab_and_see_its_heads(browser, gpt2_url):
         page.locator("#patching-section").get_by_text("Why this token: activation patching").click()
         assert "John gave a drink" in page.locator("#patching-clean textarea").input_value()
         page.locator("#patching-run").click()
-        page.locator("#patching-note").filter(has_text="brings back the most").wait_for()
-        page.locator("#patching-heads .main-svg").first.wait_for()
+        # a random tiny GPT-2 may barely tell the names apart: shares are drawn only past a meaningful gap
+        note = page.locator("#patching-note").filter(has_text=re.compile("brings back the most|none is drawn"))
+        note.wait_for()
+        if "brings back the most" in note.inner_text():
+            page.locator("#patching-heads .main-svg").first.wait_for()
         page.locator("#circuits-section").get_by_text("A head's circuits").click()
         page.locator("#circuits-run").click()  # 50,257 tokens: a note, no figures
         page.locator("#circuits-note").filter(has_text="vocabulary has 50,257 tokens").wait_for()

@@ -22,6 +22,7 @@ import gradio as gr
 import torch
 from gradio.components.plot import PlotData
 
+from core.attention import probe_induction
 from core.config import GPTConfig, TrainConfig, stage_of
 from core.data import CORPORA, DataError, TokenData, corpus_text, default_tokenizer, load_shakespeare
 from core.model import GPT
@@ -227,7 +228,7 @@ class RunHandlers(FormRules):
                 with trainer.turn() as granted:  # a snapshot is counted like the live views
                     started = time.perf_counter()
                     if granted or event.done:  # the last step always has its snapshot, a stopped run's too
-                        probe = trainer.induction_scores() if movie.probe_due(event.done) else None
+                        probe = probe_induction(trainer.model) if movie.probe_due(event.done) else None
                         movie.add(event.step, trainer.probe_attention(), probe)
                     viewing += time.perf_counter() - started
             if not event.error and event.val_loss is not None and not event.done:
