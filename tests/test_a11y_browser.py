@@ -60,7 +60,7 @@ def test_every_control_works_from_the_keyboard(page):
     set_number(page, "Steps", STEPS)
     press(page, "#new-model-button", "Enter")
     page.locator("#train-status").filter(has_text=f"Done: {STEPS} steps").wait_for()
-    page.locator("#movie-note").filter(has_text="strongest head at step").wait_for()  # the scores in words
+    page.locator("#movie-note").filter(has_text=f"at step {STEPS}").wait_for()  # the scores in words
     press(page, "#compare .label-wrap", "Enter")  # a section opens too: the runs kept to compare
     page.locator("#compare-runs").get_by_text("Run 2").wait_for()  # the stopped run and the new one
 

@@ -2,12 +2,14 @@
 replay and /attention_movie, and each head's scores over training."""
 
 import json
+import re
 
 import gradio as gr
 import pytest
 import torch
 
 from conftest import plotted
+from core.attention import STRONG_PATTERN
 from core.movie import INDUCTION, SCORED, AttentionMovie, induction_onset
 from playground.tabs.attention import AttentionHandlers
 from playground.tabs.generate import GenerateHandlers
@@ -79,6 +81,11 @@ def test_a_run_records_its_attention_and_replays_any_frame(train, ctx):
     assert probed[0] == 1 and probed[-1] == 30 and len(probed) < len(steps)
     assert not movie.induction_curve()[1].any()  # one layer: no head past layer 0 to be one
     assert "No induction head at step 30: no head past layer 0" in note
+    last = movie.frames[-1].scores  # a pattern is named by its strongest head only where one scores enough
+    shows = re.search(r"No head[^.]* shows a ([^.(]*) pattern", note)
+    for pattern in SCORED:
+        strong = float(last[pattern].max()) >= STRONG_PATTERN
+        assert (f"{pattern} L" in note) == strong and (shows is not None and pattern in shows.group(1)) != strong
     figure = plotted(train.replay(steps[2] + 0.5, "a"))  # between two snapshots: the one before
     assert f"at step {steps[2]}" in figure.layout.title.text and figure.data
     assert train.movie_after_run("a") == {"maximum": 30, "value": 30, "__type__": "update"}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gradio as gr
 from gradio.components.plot import PlotData
 
-from core.attention import induction_heads, induction_verdict_scores
+from core.attention import STRONG_PATTERN, induction_heads, induction_verdict_scores
 from core.movie import INDUCTION, MOVIE_BYTES, AttentionMovie, evenly, induction_onset, movie_gif
 from core.tokenizers import Tokenizer, token_labels
 from core.train import Trainer
@@ -174,18 +174,26 @@ def _scores(frame) -> dict:
 
 
 def scores_summary(movie: AttentionMovie) -> str:
-    """The strongest head of each pattern scored on the probe text at the last snapshot, and which heads are
-    induction heads, by the Attention tab's rule (`induction_heads`), since what step: '' before the first
-    snapshot."""
+    """The strongest head of each pattern scored on the probe text at the last snapshot, where one scores
+    enough to be named (STRONG_PATTERN, as the Attention tab names heads), the patterns no head shows, and
+    which heads are induction heads, by the Attention tab's rule (`induction_heads`), since what step: ''
+    before the first snapshot."""
     if not movie.frames:
         return ""
-    last, strongest = movie.frames[-1], []
+    last, strongest, absent = movie.frames[-1], [], []
     for pattern, scores in _scores(last).items():
         if pattern == INDUCTION or scores is None or not scores.isfinite().any():  # a diverged model
             continue
         layer, head = divmod(int(scores.nan_to_num(-1.0).argmax()), scores.size(1))
-        strongest.append(f"{pattern} L{layer} H{head} ({float(scores[layer, head]):.2f})")
-    heads = f" Each pattern's strongest head at step {last.step:,}: {', '.join(strongest)}." if strongest else ""
+        if float(scores[layer, head]) >= STRONG_PATTERN:
+            strongest.append(f"{pattern} L{layer} H{head} ({float(scores[layer, head]):.2f})")
+        else:
+            absent.append(pattern)
+    at = f" at step {last.step:,}"
+    heads = f" Each pattern's strongest head{at}: {', '.join(strongest)}." if strongest else ""
+    if absent:
+        heads += (f" No head{at if not strongest else ''} shows a {' or '.join(absent)} pattern (every score "
+                  f"under {STRONG_PATTERN:g}).")
     return heads + _induction_summary(movie)
 
 
