@@ -260,11 +260,12 @@ def test_a_damaged_entry_is_said_in_the_learners_words_put_aside_and_the_page_lo
         assert demo.store.writer.flush() and len(archives(store)) == 1
 
 
-@pytest.mark.parametrize("damage", [b"", b"\x00garbage\n"])
-def test_a_server_process_starts_and_serves_on_a_store_whose_secret_is_damaged(damage, tmp_path):
+def test_a_server_process_starts_and_serves_on_a_store_whose_secret_is_damaged(tmp_path):
+    """A whole server on the worst case, the empty secret a full disk's first start left (test_store races
+    eight stores on empty, garbage and short secrets and keys, on a folder and on memory://)."""
     store = tmp_path / "store"
     store.mkdir()
-    (store / "browser-secret").write_bytes(damage)  # empty, as a full disk at the first start left it; or garbage
+    (store / "browser-secret").write_bytes(b"")
     log = tmp_path / "server.log"
     server = Server(store, log=log)
     try:
