@@ -6,15 +6,14 @@ for one person on a laptop; `--share` asks Gradio for a public link (off unless 
 also serves the public API's events as MCP tools (Gradio's MCP server, at /gradio_api/mcp/).
 `pip install -e .` installs this as the command `attention-playground`.
 
+The arguments are parsed before anything heavy is imported: `--help` or a mistyped flag answers at once,
+not after torch and Gradio have loaded (a minute or two on a busy machine).
 Never imports a tab: the app assembles them.
 """
 
 from __future__ import annotations
 
 import argparse
-
-from playground.app import build_app, launch_kwargs
-from playground.settings import Settings
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -31,6 +30,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    from playground.app import build_app, launch_kwargs  # torch and Gradio: only once the arguments are good
+    from playground.settings import Settings
+
     settings = Settings.local() if args.no_caps else Settings.from_env()
     demo = build_app(settings)
     kwargs = launch_kwargs(settings, host=args.host, port=args.port, mcp=args.mcp)

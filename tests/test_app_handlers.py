@@ -4,13 +4,15 @@ gr.Request), plus the app's wiring: every event has its API name and concurrency
 import dataclasses
 import inspect
 import re
+import subprocess
+import sys
 import zipfile
 
 import gradio as gr
 import pytest
 import torch
 
-from conftest import plotted
+from conftest import REPO, plotted
 from core.data import CORPORA
 from playground.app import build_app, launch_kwargs
 from playground.context import AppContext
@@ -440,6 +442,16 @@ def test_command_line_defaults_are_local_and_no_share():
     assert (args.host, args.port, args.share, args.no_caps) == ("127.0.0.1", None, False, False)
     args = parse_args(["--host", "0.0.0.0", "--port", "8000", "--no-caps"])
     assert (args.host, args.port, args.no_caps) == ("0.0.0.0", 8000, True)
+
+
+def test_the_command_line_answers_help_before_importing_torch_or_gradio():
+    loaded = subprocess.run([sys.executable, "-c", "import sys, playground.__main__; "
+                             "print(sorted({'torch', 'gradio'} & set(sys.modules)))"],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+    helped = subprocess.run([sys.executable, "-m", "playground", "--help"], cwd=REPO, capture_output=True, text=True,
+                            timeout=60)
+    assert helped.returncode == 0 and "--no-caps" in helped.stdout
 
 
 def test_the_preset_description_follows_the_corpus(train):
