@@ -134,3 +134,12 @@ def test_every_module_says_what_it_holds_and_what_it_never_imports():
     missing = [name for name, path in MODULES.items()
                if "Never imports" not in (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "")]
     assert not missing, f"modules whose docstring lacks a 'Never imports ...' sentence: {missing}"
+
+
+def test_the_readme_layout_names_every_module():
+    """README's Layout is the tree: every module of core/ and playground/ is named in it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout"):].split("```")[1]
+    words = set(re.findall(r"[A-Za-z_]+", layout))
+    missing = sorted(name for name, path in MODULES.items() if path.stem != "__init__" and path.stem not in words)
+    assert not missing, f"modules README's Layout does not name: {missing}"
