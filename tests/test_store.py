@@ -74,12 +74,17 @@ def test_an_entry_is_named_by_a_hash_and_holds_the_latest_archive(tmp_path):
     assert store.fetch(store.tokens.new(), tmp_path) is None  # another token opens nothing
 
 
-def test_the_budget_evicts_the_least_recently_written_and_leaves_a_tombstone(tmp_path):
+def room_for_two(tmp_path: Path) -> tuple[StateStore, int]:
+    """A store whose budget holds two of `encoded`'s archives, and one archive's size on the disk."""
     probe = StateStore(str(tmp_path / "probe"), budget_bytes=10**9)
     probe.writer.submit(probe.tokens.new(), encoded(0))
     probe.writer.flush()
     size = probe.used_bytes()
-    store = StateStore(str(tmp_path / "store"), budget_bytes=int(2.5 * size))  # room for two
+    return StateStore(str(tmp_path / "store"), budget_bytes=int(2.5 * size)), size
+
+
+def test_the_budget_evicts_the_least_recently_written_and_leaves_a_tombstone(tmp_path):
+    store, size = room_for_two(tmp_path)
     tokens = [store.tokens.new() for _ in range(3)]
     for seed, token in enumerate(tokens):
         store.writer.submit(token, encoded(seed))
@@ -255,12 +260,8 @@ def test_stale_partial_files_are_swept_when_a_server_opens_the_store(tmp_path):
 
 
 def test_a_damaged_entry_is_put_aside_counted_in_the_budget_and_goes_first(tmp_path):
-    probe = StateStore(str(tmp_path / "probe"), budget_bytes=10**9)
-    probe.writer.submit(probe.tokens.new(), encoded(0))
-    probe.writer.flush()
-    size = probe.used_bytes()
-    store = StateStore(str(tmp_path / "store"), budget_bytes=int(2.5 * size))  # room for two
-    damaged, kept, newest = (probe.tokens.new() for _ in range(3))
+    store, size = room_for_two(tmp_path)
+    damaged, kept, newest = (store.tokens.new() for _ in range(3))
     for seed, token in enumerate((damaged, kept)):
         store.writer.submit(token, encoded(seed))
         assert store.writer.flush()
