@@ -84,7 +84,7 @@ def room_for_two(tmp_path: Path) -> tuple[StateStore, int]:
 
 
 def test_the_budget_evicts_the_least_recently_written_and_leaves_a_tombstone(tmp_path):
-    store, size = room_for_two(tmp_path)
+    store, _ = room_for_two(tmp_path)
     tokens = [store.tokens.new() for _ in range(3)]
     for seed, token in enumerate(tokens):
         store.writer.submit(token, encoded(seed))

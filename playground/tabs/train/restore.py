@@ -145,10 +145,7 @@ class RestoreHandlers(CheckpointHandlers):
             meta = self._adopt_readable(session, archive)
             if meta is None:
                 return {"status": DAMAGED}
-        form = self._checked_form(meta.get("form"))
-        status = WELCOME.format(step=session.trained.step)
-        return {"status": status, **self._shown_after_load(session, meta), **_movie_shown(session), **form,
-                "sample": session.trained.sample}
+        return {"status": WELCOME.format(step=session.trained.step), **self._back_on_the_page(session, meta)}
 
     def carry_code(self, request: gr.Request) -> str:
         """A continue-elsewhere code for the session's model, kept in the store as it is now."""
@@ -182,8 +179,7 @@ class RestoreHandlers(CheckpointHandlers):
             store.use_up(code)
         status = (f"Your model from the other browser is here, at step {session.trained.step}: Train continues it, "
                   "Generate and Attention read it. This browser keeps it from now on.")
-        return {"token": token, "status": status, "carry_box": "", **self._shown_after_load(session, meta),
-                **_movie_shown(session), **self._checked_form(meta.get("form")), "sample": session.trained.sample}
+        return {"token": token, "status": status, "carry_box": "", **self._back_on_the_page(session, meta)}
 
     def _working_store(self):
         """The state store, or gr.Error saying why a model cannot travel by code here."""
@@ -211,8 +207,8 @@ class RestoreHandlers(CheckpointHandlers):
         session.trained, session.runs, session.kept_form = closed.trained, closed.runs, closed.kept_form
         note = self._memory_note()
         status = WELCOME.format(step=session.trained.step) + (f"\n\n{note}" if isinstance(note, str) else "")
-        return {"status": status, **self._shown_after_load(session, {"history": session.trained.history}),
-                **_movie_shown(session), **self._checked_form(session.kept_form), "sample": session.trained.sample}
+        return {"status": status,
+                **self._back_on_the_page(session, {"history": session.trained.history, "form": session.kept_form})}
 
     def _adopt_readable(self, session: Session, archive: Path) -> dict | None:
         """`_adopt_kept`, or None when the archive cannot be read: then it is put aside and the details logged
@@ -242,6 +238,12 @@ class RestoreHandlers(CheckpointHandlers):
             if isinstance(run, int) and 0 < run <= runs.last_number:  # Train goes on updating the same run
                 session.trained.run = run
         return meta
+
+    def _back_on_the_page(self, session: Session, meta: dict) -> dict[str, Any]:
+        """What a model coming back shows, however it came (the store, memory, a code): the chart, the other
+        tabs' signal and the model's fields, the movie, the kept form and the last live sample."""
+        return {**self._shown_after_load(session, meta), **_movie_shown(session),
+                **self._checked_form(meta.get("form")), "sample": session.trained.sample}
 
     def _checked_form(self, values: object) -> dict[str, Any]:
         """The kept form if this server's rules still take it (its caps may have changed), else nothing."""
