@@ -23,7 +23,7 @@ uniform attention would put there, 1 means all of it.
 
 Running the model differently (a head's steps, knock-outs, importance, the logit lens) is
 `core.interventions`: this module only reads what a forward pass shows.
-Imports the model. Never imports the training loop, gradio, plotly or `playground`.
+Imports the model and the shared checks. Never imports the training loop, gradio, plotly or `playground`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from core.model import GPT
+from core.checks import check_attention, evaluating, ids_tensor
+from core.model import GPT, capture_attention
 
 PATTERNS = ("previous-token", "first-token", "self", "fixed-offset", "induction", "mirror")
 STRONG_PATTERN = 0.5  # a chance-corrected score at least this high names the head
@@ -45,26 +46,16 @@ PROBE_HALF_MIN = 3  # the shortest half of an induction probe where induction ca
 PROBE_HALF_MAX = 40  # tokens in each half of an induction probe, at most
 
 
-@torch.no_grad()
 def attention_maps(model: GPT, ids: list[int]) -> torch.Tensor:
     """Attention weights of every layer and head on one text: (L, H, T, T).
 
     Runs in eval mode (no dropout) and restores the model's mode afterwards.
     """
-    if not ids:
-        raise ValueError("the text has no tokens")
-    if not model.config.use_attention or not model.blocks:
-        raise ValueError("this model has no attention layers (its stage leaves attention out)")
-    model.check_length(len(ids))
-    was_training = model.training
-    model.eval()
-    try:
-        device = next(model.parameters()).device
-        idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, T)
-        _, _, per_layer = model(idx, return_attention=True)  # L x (1, H, T, T)
-    finally:
-        model.train(was_training)
-    return torch.cat(per_layer).float().cpu()  # (L, H, T, T)
+    check_attention(model)
+    idx = ids_tensor(model, ids)
+    with evaluating(model), capture_attention(model) as patterns:
+        model(idx)
+    return torch.cat(list(patterns.values())).float().cpu()  # L x (1, H, T, T) -> (L, H, T, T)
 
 
 def head_view(maps: torch.Tensor, query_index: int) -> torch.Tensor:

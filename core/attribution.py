@@ -13,18 +13,21 @@ TransformerLens does), it is linear, so every term's share of a logit difference
 model's own difference.
 
 Shapes: L layers, H heads, T tokens, C channels, D head size, V vocabulary.
-Imports core's model and interventions. Never imports the training loop, gradio, plotly or `playground`.
+Every look inside goes through the model's hook points (`core.hooks`).
+Imports core's model, hooks and checks. Never imports the training loop, gradio, plotly or `playground`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from core.interventions import _check_head, _evaluating, _ids_tensor
+from core.checks import check_attention, check_head, check_token, evaluating, ids_tensor
+from core.hooks import HookPoint
 from core.model import GPT
 
 MAX_CIRCUIT_VOCAB = 512  # a (V, V) circuit is drawn whole; past this size it is neither legible nor cheap
@@ -32,21 +35,16 @@ MAX_CIRCUIT_VOCAB = 512  # a (V, V) circuit is drawn whole; past this size it is
 # tenth of a logit (the two answers' odds moving by about 10% between the texts) the corruption barely touched
 # the answer, and the shares are small effects over almost nothing: a gap of 0.004 gave heads -2.9 to +1.7.
 MIN_PATCH_GAP = 0.1
+# What `patch` can patch, by hook point: the residual stream (hook_embed, then each block's hook_resid_post)
+# at one layer and position, and each head's output (attn.hook_z) at every position.
+PATCH_PARTS = ("hook_resid_post", "hook_z")
 
 
 def _check_decomposable(model: GPT) -> None:
     if not model.config.use_residual:
         raise ValueError("this model has no residual stream (its stage leaves residual connections out), "
                          "so its output is not a sum of its parts")
-    if not model.blocks or model.blocks[0].attn is None:
-        raise ValueError("this model has no attention layers (its stage leaves attention out)")
-
-
-def _check_token(model: GPT, name: str, token: int) -> int:
-    vocab = model.config.vocab_size
-    if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < vocab:
-        raise ValueError(f"{name} must be a token id from 0 to {vocab - 1}, got {token!r}")
-    return token
+    check_attention(model)
 
 
 def _frozen_final_norm(model: GPT, stream: torch.Tensor):
@@ -95,35 +93,28 @@ def logit_attribution(model: GPT, ids: list[int], position: int = -1, target: in
     and each feed-forward layer's direct contribution. Defaults: the last position, the model's top
     prediction there and its runner-up."""
     _check_decomposable(model)
-    idx = _ids_tensor(model, ids)
+    idx = ids_tensor(model, ids)
     T = idx.size(1)
     if not isinstance(position, int) or isinstance(position, bool) or not -T <= position < T:
         raise ValueError(f"position must be 0 to {T - 1} (or negative, from the end), got {position!r}")
     position %= T
-    points = {"embed": model.hook_embed, "final": model.blocks[-1].hook_resid_post}
-    for layer, block in enumerate(model.blocks):
-        points[f"z{layer}"] = block.attn.hook_z
-        if block.mlp is not None:
-            points[f"mlp{layer}"] = block.hook_mlp_out
-    seen: dict[str, torch.Tensor] = {}
-    handles = [point.register_forward_hook(lambda _m, _i, out, name=name: seen.__setitem__(name, out[0]))
-               for name, point in points.items()]
-    try:
-        with _evaluating(model):
-            logits = model(idx)[0][0, position].float()  # (V,)
-    finally:
-        for handle in handles:
-            handle.remove()
+    embed, final = model.stream_names()[0], model.stream_names()[-1]
+    zs = [block.attn.hook_z.name for block in model.blocks]
+    mlps = [None if block.mlp is None else block.hook_mlp_out.name for block in model.blocks]
+    with evaluating(model):
+        logits, cache = model.run_with_cache(idx, names=[embed, final, *zs, *filter(None, mlps)])
+    logits = logits[0, position].float()  # (V,)
+    seen = {name: tensor[0] for name, tensor in cache.items()}
     ranked = logits.topk(min(2, logits.numel())).indices.tolist()
-    target = ranked[0] if target is None else _check_token(model, "target", target)
+    target = ranked[0] if target is None else check_token(model, "target", target)
     if alternative is None:  # the runner-up (the leader if the target is not it)
         alternative = next(t for t in ranked if t != target)
-    alternative = _check_token(model, "alternative", alternative)
+    alternative = check_token(model, "alternative", alternative)
     if alternative == target:
         raise ValueError("the alternative must be a different token from the target")
 
     with torch.no_grad():
-        stream = seen["final"][position:position + 1].float()  # (1, C)
+        stream = seen[final][position:position + 1].float()  # (1, C)
         normalise, shift = _frozen_final_norm(model, stream)
         unembed = model.lm_head.weight.float()
         direction = unembed[target] - unembed[alternative]  # (C,)
@@ -137,13 +128,13 @@ def logit_attribution(model: GPT, ids: list[int], position: int = -1, target: in
         if model.lm_head.bias is not None:
             biases = biases + model.lm_head.bias[target].float() - model.lm_head.bias[alternative].float()
         for layer, block in enumerate(model.blocks):
-            z = seen[f"z{layer}"][:, position:position + 1].float()  # (H, 1, D)
+            z = seen[zs[layer]][:, position:position + 1].float()  # (H, 1, D)
             heads[layer] = direct(_head_outputs(model, layer, z).float()).cpu()
             if block.attn.proj.bias is not None:
                 biases = biases + direct(block.attn.proj.bias.float()[None])
             if block.mlp is not None:
-                feed_forward[layer] = direct(seen[f"mlp{layer}"][position:position + 1]).item()
-        embeddings = direct(seen["embed"][position:position + 1]).item()
+                feed_forward[layer] = direct(seen[mlps[layer]][position:position + 1]).item()
+        embeddings = direct(seen[embed][position:position + 1]).item()
     return Attribution(position, target, alternative, (logits[target] - logits[alternative]).item(),
                        embeddings, heads, feed_forward, float(biases))
 
@@ -153,7 +144,8 @@ class Patching:
     """Activation patching: the corrupted text runs with one part taken from the clean run; each
     number is the share of the clean logit difference that part restores at the last position,
     (patched - corrupted) / (clean - corrupted): 0 = as corrupted, 1 = as clean. No shares (None)
-    where that gap is under MIN_PATCH_GAP: there is too little to restore for a share to mean anything."""
+    where that gap is under MIN_PATCH_GAP: there is too little to restore for a share to mean anything;
+    nor for a part `patch` was not asked to patch."""
 
     target: int  # token id A: the clean answer
     alternative: int  # token id B: the corrupted answer
@@ -198,16 +190,27 @@ def _checked_ids(model: GPT, name: str, ids: list[int]) -> list[int]:
     if not isinstance(ids, list) or not ids:
         raise ValueError(f"the {name} text has no tokens")
     for token in ids:
-        _check_token(model, f"every token of the {name} text", token)
+        check_token(model, f"every token of the {name} text", token)
     return ids
 
 
+def _checked_parts(parts: str | Iterable[str]) -> set[str]:
+    chosen = {parts} if isinstance(parts, str) else set(parts)
+    unknown = chosen - set(PATCH_PARTS)
+    if not chosen or unknown:
+        raise ValueError(f"patch parts must be some of {PATCH_PARTS}, got {sorted(unknown) or 'none'}")
+    return chosen
+
+
 def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None = None,
-          alternative: int | None = None) -> Patching:
+          alternative: int | None = None, parts: str | Iterable[str] = PATCH_PARTS) -> Patching:
     """Patch the clean run into the corrupted one, part by part, and read the logit difference at
-    the last position. Defaults: the clean text's prediction against the corrupted one's (the
-    clean runner-up when both predict the same). Under MIN_PATCH_GAP apart, no part is run."""
+    the last position. `parts` names the hook points patched (PATCH_PARTS, both by default): the
+    stream at each layer and position, each head's output everywhere; a part not asked for is None.
+    Defaults: the clean text's prediction against the corrupted one's (the clean runner-up when both
+    predict the same). Under MIN_PATCH_GAP apart, no part is run."""
     _check_decomposable(model)
+    parts = _checked_parts(parts)
     if len(_checked_ids(model, "clean", clean)) != len(_checked_ids(model, "corrupted", corrupted)):
         raise ValueError(f"the clean and corrupted texts must have the same number of tokens, got "
                          f"{len(clean)} and {len(corrupted)}")
@@ -215,30 +218,23 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
         raise ValueError("the clean and corrupted texts are the same, so there is nothing to restore: change "
                          "the corrupted text where the answer depends on it")
     L, H = len(model.blocks), model.config.n_head
+    stream_names = model.stream_names()  # row l: the stream entering block l; row L: after the last
+    z_names = [block.attn.hook_z.name for block in model.blocks]
 
     def run(ids: list[int]) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
         """Last-position logits (V,), the stream rows [(T, C)] * (L + 1), each layer's z (H, T, D)."""
-        streams, zs = [], []
-        handles = [point.register_forward_hook(lambda _m, _i, out: streams.append(out[0]))
-                   for point in [model.hook_embed] + [block.hook_resid_post for block in model.blocks]]
-        handles += [block.attn.hook_z.register_forward_hook(lambda _m, _i, z: zs.append(z[0]))
-                    for block in model.blocks]
-        try:
-            logits = model(_ids_tensor(model, ids))[0][0, -1].float()
-        finally:
-            for handle in handles:
-                handle.remove()
-        return logits, streams, zs
+        logits, cache = model.run_with_cache(ids_tensor(model, ids), names=stream_names + z_names)
+        return logits[0, -1].float(), [cache[name][0] for name in stream_names], [cache[name][0] for name in z_names]
 
-    with _evaluating(model):
+    with evaluating(model):
         clean_logits, clean_streams, clean_z = run(clean)
         corrupted_logits, corrupted_streams, _ = run(corrupted)
-        target = clean_logits.argmax().item() if target is None else _check_token(model, "target", target)
+        target = clean_logits.argmax().item() if target is None else check_token(model, "target", target)
         if alternative is None:
             alternative = corrupted_logits.argmax().item()
             if alternative == target:
                 alternative = clean_logits.topk(2).indices[1].item()
-        alternative = _check_token(model, "alternative", alternative)
+        alternative = check_token(model, "alternative", alternative)
         if alternative == target:
             raise ValueError("the alternative must be a different token from the target")
 
@@ -252,32 +248,31 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
 
         def restored(x: torch.Tensor, first_block: int) -> torch.Tensor:
             """Run copies x (N, T, C) from block `first_block` on: each copy's restored share (N,)."""
-            for layer, block in enumerate(model.blocks[first_block:], start=first_block):
-                x = block(x, None, layer)
-            logits = model.lm_head(model.ln_f(x[:, -1])).float()  # (N, V)
+            logits = model.lm_head(model.ln_f(model.run_from(x, first_block)[:, -1])).float()  # (N, V)
             return ((difference(logits) - corrupted_difference) / gap).cpu()
 
-        residual = torch.zeros(L + 1, len(clean))
-        for row in range(L + 1):
-            # Where both runs carry the same vector (every position before the first change, and at the
-            # embeddings every unchanged token), patching restores 0: no run needed.
-            places = (clean_streams[row] != corrupted_streams[row]).any(-1).nonzero()[:, 0]  # (N,)
-            x = corrupted_streams[row].expand(len(places), -1, -1).clone()  # copy i: clean at places[i]
-            x[torch.arange(len(places)), places] = clean_streams[row][places]
-            if len(places):
-                residual[row, places] = restored(x, row)
+        residual = None
+        if "hook_resid_post" in parts:
+            residual = torch.zeros(L + 1, len(clean))
+            for row in range(L + 1):
+                # Where both runs carry the same vector (every position before the first change, and at the
+                # embeddings every unchanged token), patching restores 0: no run needed.
+                places = (clean_streams[row] != corrupted_streams[row]).any(-1).nonzero()[:, 0]  # (N,)
+                x = corrupted_streams[row].expand(len(places), -1, -1).clone()  # copy i: clean at places[i]
+                x[torch.arange(len(places)), places] = clean_streams[row][places]
+                if len(places):
+                    residual[row, places] = restored(x, row)
 
-        heads = torch.zeros(L, H)
-        for layer in range(L):  # copy h takes head h's clean output at every position
-            def take_clean(_module, _inputs, z: torch.Tensor, layer: int = layer) -> torch.Tensor:
-                z = z.clone()
-                z[torch.arange(H), torch.arange(H)] = clean_z[layer]
-                return z
-            handle = model.blocks[layer].attn.hook_z.register_forward_hook(take_clean)
-            try:
-                heads[layer] = restored(corrupted_streams[layer].expand(H, -1, -1), layer)
-            finally:
-                handle.remove()
+        heads = None
+        if "hook_z" in parts:
+            heads = torch.zeros(L, H)
+            for layer in range(L):  # copy h takes head h's clean output at every position
+                def take_clean(z: torch.Tensor, _hook: HookPoint, layer: int = layer) -> torch.Tensor:
+                    z = z.clone()
+                    z[torch.arange(H), torch.arange(H)] = clean_z[layer]
+                    return z
+                with model.hooks([(z_names[layer], take_clean)]):
+                    heads[layer] = restored(corrupted_streams[layer].expand(H, -1, -1), layer)
     return Patching(target, alternative, clean_difference.item(), corrupted_difference.item(), residual, heads)
 
 
@@ -312,7 +307,7 @@ class Circuits:
 def circuits(model: GPT, layer: int, head: int) -> Circuits:
     """The QK and OV circuits of one head, for a vocabulary of at most MAX_CIRCUIT_VOCAB tokens."""
     _check_decomposable(model)
-    _check_head(model, layer, head)
+    check_head(model, layer, head)
     config = model.config
     if config.vocab_size > MAX_CIRCUIT_VOCAB:
         raise ValueError(f"circuits are drawn for vocabularies of at most {MAX_CIRCUIT_VOCAB} tokens; this "
@@ -329,7 +324,7 @@ def circuits(model: GPT, layer: int, head: int) -> Circuits:
         return x @ weight[rows[part]].T + bias[rows[part]]
 
     scale = 1 / math.sqrt(D) if attn.scale is None else attn.scale
-    with _evaluating(model):
+    with evaluating(model):
         norm = model.blocks[layer].ln1
         tokens = norm(model.token_embedding.weight).float()  # (V, C)
         qk = project(tokens, "q") @ project(tokens, "k").T * scale  # (V, V)

@@ -12,7 +12,8 @@ function leaves the model as it found it: mode, weights and hooks.
     lens = logit_lens(model, ids)                              # the prediction read after every layer
 
 Shapes: L layers, H heads, T tokens, D head size, V vocabulary.
-Imports core's model and config. Never imports the training loop, gradio, plotly or `playground`:
+Every look inside goes through the model's hook points (`core.hooks`): `model.hooks`, `model.caching`.
+Imports core's model, hooks, checks and config. Never imports the training loop, gradio, plotly or `playground`:
 core is the UI-free package.
 """
 
@@ -27,36 +28,10 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from core.checks import check_attention, check_head, evaluating, ids_tensor
 from core.config import GPTConfig
+from core.hooks import HookPoint
 from core.model import GPT, alibi_penalty
-
-
-def _check_head(model: GPT, layer: int, head: int) -> None:
-    n_layer, n_head = len(model.blocks), model.config.n_head
-    for name, value, count in (("layer", layer, n_layer), ("head", head, n_head)):
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < count:
-            raise ValueError(f"{name} must be 0 to {count - 1}, got {value!r}")
-    if model.blocks[layer].attn is None:
-        raise ValueError("this model has no attention layers (its stage leaves attention out)")
-
-
-def _ids_tensor(model: GPT, ids: list[int]) -> torch.Tensor:
-    if not ids:
-        raise ValueError("the text has no tokens")
-    model.check_length(len(ids))
-    return torch.tensor([ids], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
-
-
-@contextlib.contextmanager
-def _evaluating(model: GPT) -> Iterator[None]:
-    """Eval mode (no dropout) and no gradients inside; the model's mode is restored after."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        model.train(was_training)
 
 
 @dataclass(frozen=True)
@@ -113,29 +88,19 @@ class HeadSteps:
 def head_steps(model: GPT, ids: list[int], layer: int, head: int, query: int) -> HeadSteps:
     """Recompute one head's attention for one query token from the input of its layer, one
     operation at a time; the weights and the output equal the model's own (float32, within 1e-6)."""
-    _check_head(model, layer, head)
-    idx = _ids_tensor(model, ids)
+    check_head(model, layer, head)
+    idx = ids_tensor(model, ids)
     if not isinstance(query, int) or isinstance(query, bool) or not 0 <= query < len(ids):
         raise ValueError(f"query token must be 0 to {len(ids) - 1}, got {query!r}")
-    attn = model.blocks[layer].attn
-    seen: list[torch.Tensor] = []
-    handle = attn.register_forward_pre_hook(lambda _module, args: seen.append(args[0]))
-    try:
-        with _evaluating(model):
-            model(idx)
-    finally:
-        handle.remove()
-    x = seen[0]  # (1, T, C): the layer's input, after its norm
-    T, D = len(ids), model.config.head_size
-    unrotated: dict[str, torch.Tensor] = {}  # the query and key heads before RoPE: (1, H or KV, T, D)
-    handles = [hook.register_forward_hook(lambda _m, _i, out, name=name: unrotated.__setitem__(name, out))
-               for name, hook in (("q", attn.hook_q), ("k", attn.hook_k))]
-    try:
-        with torch.no_grad():
+    block = model.blocks[layer]
+    attn, entering = block.attn, model.stream_names()[layer]
+    with evaluating(model):
+        _, cache = model.run_with_cache(idx, names=entering)
+        x = block.ln1(cache[entering])  # (1, T, C): the layer's input, after its norm
+        # the query and key heads before RoPE: (1, H or KV, T, D)
+        with model.caching([attn.hook_q.name, attn.hook_k.name]) as unrotated:
             q_all, k_all, v_all, _ = attn.heads(x)  # (1, H, T, D): rotated where positions are rotary
-    finally:
-        for handle in handles:
-            handle.remove()
+    T, D = len(ids), model.config.head_size
     rotary = model.config.position == "rope"
     kv_head = head // (model.config.n_head // model.config.kv_heads)  # the key/value head of its group
     with torch.no_grad():
@@ -156,8 +121,8 @@ def head_steps(model: GPT, ids: list[int], layer: int, head: int, query: int) ->
         weighted.cpu(), weighted.sum(0).cpu(),
         weights_unscaled=F.softmax(scores + row, dim=-1).cpu(),
         weights_unmasked=F.softmax(scaled + alibi.to(scaled.device), dim=-1).cpu(),
-        q_unrotated=unrotated["q"][0, head, query].cpu() if rotary else None,
-        k_unrotated=unrotated["k"][0, kv_head].cpu() if rotary else None,
+        q_unrotated=unrotated[attn.hook_q.name][0, head, query].cpu() if rotary else None,
+        k_unrotated=unrotated[attn.hook_k.name][0, kv_head].cpu() if rotary else None,
         alibi=alibi if model.config.position == "alibi" else None,
         scale_attention=model.config.scale_attention, causal=model.config.causal, position=model.config.position,
     )
@@ -184,17 +149,14 @@ def _checked_mode(mode: str) -> str:
 
 def head_means(model: GPT, ids: list[int]) -> list[torch.Tensor]:
     """Per attention layer, each head's mean output over the tokens of `ids`: (H, D) tensors."""
-    idx = _ids_tensor(model, ids)
-    outputs: list[torch.Tensor] = []
-    handles = [block.attn.hook_z.register_forward_hook(lambda _m, _i, z: outputs.append(z[0].mean(dim=1)))
-               for block in model.blocks if block.attn is not None]
-    try:
-        with _evaluating(model):
-            model(idx)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return outputs
+    idx = ids_tensor(model, ids)
+    with evaluating(model):
+        _, cache = model.run_with_cache(idx, names=_is_head_output)
+    return [z[0].mean(dim=1) for z in cache.values()]
+
+
+def _is_head_output(name: str) -> bool:
+    return name.endswith("attn.hook_z")
 
 
 @contextlib.contextmanager
@@ -215,12 +177,12 @@ def ablate(model: GPT, heads: Iterable[tuple[int, int]], mode: str = "zero",
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise ValueError(f"each head is a (layer, head) pair, got {pair!r}")
         layer, head = pair
-        _check_head(model, layer, head)
+        check_head(model, layer, head)
         by_layer.setdefault(layer, set()).add(head)
     means = head_means(model, over) if mode == "mean" and over is not None else None
 
     def knock_out(layer: int, off: list[int]):
-        def hook(_module, _inputs, z: torch.Tensor) -> torch.Tensor:  # z: (B, H, T, D)
+        def hook(z: torch.Tensor, _hook: HookPoint) -> torch.Tensor:  # z: (B, H, T, D)
             if means is not None:
                 z = z.clone()
                 z[:, off] = means[layer][off][None, :, None, :].to(z.dtype)
@@ -229,21 +191,17 @@ def ablate(model: GPT, heads: Iterable[tuple[int, int]], mode: str = "zero",
             return _switch_off(z, rows, torch.tensor(off * z.size(0), device=z.device), mode)
         return hook
 
-    handles = [model.blocks[layer].attn.hook_z.register_forward_hook(knock_out(layer, sorted(off)))
-               for layer, off in by_layer.items()]
-    try:
+    with model.hooks([(model.blocks[layer].attn.hook_z.name, knock_out(layer, sorted(off)))
+                      for layer, off in by_layer.items()]):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def text_loss(model: GPT, ids: list[int]) -> float:
     """The model's mean next-token loss on `ids` (eval mode, no gradients)."""
-    idx = _ids_tensor(model, ids)
+    idx = ids_tensor(model, ids)
     if len(ids) < 2:
         raise ValueError("the loss needs a text of at least 2 tokens")
-    with _evaluating(model):
+    with evaluating(model):
         return model(idx[:, :-1], idx[:, 1:])[1].item()
 
 
@@ -267,40 +225,27 @@ def head_importance(model: GPT, ids: list[int], mode: str = "zero") -> torch.Ten
     layer l (shared: nothing before l changes) run the rest of the model, copy h without head h.
     """
     _checked_mode(mode)
-    idx = _ids_tensor(model, ids)
+    idx = ids_tensor(model, ids)
     if len(ids) < 2:
         raise ValueError("the loss needs a text of at least 2 tokens")
-    if not model.blocks or model.blocks[0].attn is None:
-        raise ValueError("this model has no attention layers (its stage leaves attention out)")
+    check_attention(model)
     L, H = len(model.blocks), model.config.n_head
     inputs, targets = idx[:, :-1], idx[0, 1:]
-    streams: list[torch.Tensor] = []  # the stream entering each block: the embeddings, then each block's output
-    points = [model.hook_embed] + [block.hook_resid_post for block in model.blocks[:-1]]
-    handles = [point.register_forward_hook(lambda _m, _i, out: streams.append(out)) for point in points]
-    try:
-        with _evaluating(model):
-            intact = model(inputs, idx[:, 1:])[1].float().cpu()
-    finally:
-        for handle in handles:
-            handle.remove()
+    entering = model.stream_names()[:-1]  # the stream entering each block: the embeddings, then each block's output
+    with evaluating(model), model.caching(entering) as streams:
+        intact = model(inputs, idx[:, 1:])[1].float().cpu()
     chunk = max(1, LOGITS_PER_CHUNK // (len(ids) * model.config.vocab_size))  # copies whose logits fit at once
     importance = torch.zeros(L, H)
     for layer in range(L):
         for first in range(0, H, chunk):
             heads = torch.arange(first, min(first + chunk, H), device=idx.device)
             copies = torch.arange(len(heads), device=idx.device)
-            hook = model.blocks[layer].attn.hook_z.register_forward_hook(
-                lambda _m, _i, z: _switch_off(z, copies, heads, mode))
-            try:
-                with _evaluating(model):
-                    x = streams[layer].expand(len(heads), -1, -1)  # (copies, T, C)
-                    for later, block in enumerate(model.blocks[layer:], start=layer):
-                        x = block(x, None, later)
-                    logits = model.lm_head(model.ln_f(x)).float()  # (copies, T, V)
-                    losses = F.cross_entropy(logits.transpose(1, 2), targets.expand(len(heads), -1),
-                                             reduction="none").mean(-1)
-            finally:
-                hook.remove()
+            knock_out = (model.blocks[layer].attn.hook_z.name, lambda z, _hook: _switch_off(z, copies, heads, mode))
+            with evaluating(model), model.hooks([knock_out]):
+                x = streams[entering[layer]].expand(len(heads), -1, -1)  # (copies, T, C)
+                logits = model.lm_head(model.ln_f(model.run_from(x, layer))).float()  # (copies, T, V)
+                losses = F.cross_entropy(logits.transpose(1, 2), targets.expand(len(heads), -1),
+                                         reduction="none").mean(-1)
             importance[layer, first:first + len(heads)] = losses.cpu() - intact
     return importance
 
@@ -320,26 +265,19 @@ class LogitLens:
 def logit_lens(model: GPT, ids: list[int], top_k: int = 5) -> LogitLens:
     """The logit lens (nostalgebraist, 2020) on one text. One depth at a time, so a large
     vocabulary never needs all depths' logits at once."""
-    idx = _ids_tensor(model, ids)
-    streams: list[torch.Tensor] = []
-    points = [model.hook_embed] + [block.hook_resid_post for block in model.blocks]
-    handles = [point.register_forward_hook(lambda _m, _i, out: streams.append(out[0])) for point in points]
-    try:
-        with _evaluating(model):
-            model(idx)
-            k = min(top_k, model.config.vocab_size)
-            top_ids, top_probs, target_probs, target_ranks = [], [], [], []
-            targets = idx[0, 1:]  # (T - 1,)
-            for stream in streams:  # (T, C)
-                probs = F.softmax(model.lm_head(model.ln_f(stream)).float(), dim=-1)  # (T, V)
-                best = probs.topk(k, dim=-1)
-                top_ids.append(best.indices)
-                top_probs.append(best.values)
-                true = probs[:-1].gather(1, targets[:, None])  # (T - 1, 1)
-                target_probs.append(true[:, 0])
-                target_ranks.append((probs[:-1] > true).sum(-1))
-    finally:
-        for handle in handles:
-            handle.remove()
+    idx = ids_tensor(model, ids)
+    with evaluating(model):
+        _, streams = model.run_with_cache(idx, names=model.stream_names())
+        k = min(top_k, model.config.vocab_size)
+        top_ids, top_probs, target_probs, target_ranks = [], [], [], []
+        targets = idx[0, 1:]  # (T - 1,)
+        for stream in streams.values():  # (1, T, C)
+            probs = F.softmax(model.lm_head(model.ln_f(stream[0])).float(), dim=-1)  # (T, V)
+            best = probs.topk(k, dim=-1)
+            top_ids.append(best.indices)
+            top_probs.append(best.values)
+            true = probs[:-1].gather(1, targets[:, None])  # (T - 1, 1)
+            target_probs.append(true[:, 0])
+            target_ranks.append((probs[:-1] > true).sum(-1))
     depths = ["embeddings"] + [f"layer {i}" for i in range(len(model.blocks))]
     return LogitLens(depths, *(torch.stack(rows).cpu() for rows in (top_ids, top_probs, target_probs, target_ranks)))

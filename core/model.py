@@ -1,20 +1,31 @@
 """A GPT-2 style decoder that reads top to bottom.
 
-Shapes: B batch, T time (tokens), C channels (n_embd), H heads, D head size (C // H).
+Shapes: B batch, T time (tokens), C channels (n_embd), H heads, KV key/value heads, D head size (C // H).
 
 The seeds' teaching progression (bigram -> full GPT) is a set of switches on this one
 model (see `core.config.STAGES`). What people look at passes through named hook points,
-TransformerLens style: `hook_embed` (the residual stream before any block),
-`blocks.{i}.attn.hook_q` and `hook_k` (queries and keys, before RoPE turns them),
-`blocks.{i}.attn.hook_pattern` (attention weights), `blocks.{i}.attn.hook_z` (each head's
-output before the heads are mixed), `blocks.{i}.hook_attn_out` and `hook_mlp_out` (what the
-attention and the feed-forward add to the stream) and `blocks.{i}.hook_resid_post` (the stream
-after block i).
+TransformerLens style (`core.hooks`):
+
+    hook_embed                    (B, T, C)     the residual stream before any block
+    blocks.{i}.attn.hook_q        (B, H, T, D)  queries, before RoPE turns them
+    blocks.{i}.attn.hook_k        (B, KV, T, D) keys, likewise
+    blocks.{i}.attn.hook_pattern  (B, H, T, T)  attention weights (T_seen keys with a KV cache)
+    blocks.{i}.attn.hook_z        (B, H, T, D)  each head's output, before the heads are mixed
+    blocks.{i}.hook_attn_out      (B, T, C)     what attention adds to the stream
+    blocks.{i}.hook_mlp_out       (B, T, C)     what the feed-forward adds
+    blocks.{i}.hook_resid_post    (B, T, C)     the stream after block i
+
+    with model.hooks([("blocks.1.attn.hook_z", fn)]):   # fn(tensor, hook) -> a replacement or None
+        logits, loss = model(idx, targets)
+    logits = model.run_with_hooks(idx, fwd_hooks=[(name_or_test, fn)])
+    logits, cache = model.run_with_cache(idx, names=["hook_embed", "blocks.0.attn.hook_pattern"])
+    x = model.run_from(stream, layer)                   # the rest of a pass from the stream entering a block
+
 Nobody looking at attention means the fast fused `scaled_dot_product_attention`; somebody
 looking means an explicit masked softmax whose tensors pass through the hook points.
 
-Imports the config only. Never imports the training loop, the analysis, gradio, plotly or `playground`: everything
-looks at the model through its hook points.
+Imports the config and the hook points. Never imports the training loop, the analysis, gradio, plotly or
+`playground`: everything looks at the model through its hook points.
 """
 
 from __future__ import annotations
@@ -29,14 +40,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from core.config import GPTConfig
-
-
-class HookPoint(nn.Identity):
-    """A named place in the model where forward hooks can look at (or change) a tensor."""
-
-    @property
-    def active(self) -> bool:
-        return bool(self._forward_hooks)
+from core.hooks import Hooked, HookPoint
 
 
 class KVCache:
@@ -251,7 +255,7 @@ class Block(nn.Module):
         return self.hook_resid_post(x)
 
 
-class GPT(nn.Module):
+class GPT(Hooked):
     def __init__(self, config: GPTConfig, generator: torch.Generator | None = None) -> None:
         """A freshly initialised model; its weights are drawn from `generator` (a CPU generator;
         default: torch's global random state), so a seeded generator gives the same model every time."""
@@ -271,6 +275,7 @@ class GPT(nn.Module):
         if config.tie_weights:
             self.lm_head.weight = self.token_embedding.weight
         self._init_weights(generator)
+        self.name_hook_points()
 
     def _init_weights(self, generator: torch.Generator | None) -> None:
         """Draw every weight from `generator` by the config's scheme (see `core.config.INITS`).
@@ -324,14 +329,25 @@ class GPT(nn.Module):
             positions = torch.arange(past, past + T, device=idx.device)
             x = x + self.position_embedding(positions)  # (T, C) broadcasts over B
         x = self.hook_embed(self.dropout(x))
-        for layer, block in enumerate(self.blocks):
-            x = block(x, cache, layer)
+        x = self.run_from(x, 0, cache)
         logits = self.lm_head(self.ln_f(x))  # (B, T, vocab)
 
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return logits, loss
+
+    def run_from(self, x: torch.Tensor, first: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+        """The residual stream after the last block (B, T, C), from x (B, T, C) entering block `first`:
+        the rest of a forward pass, for analyses that change the stream (or a head) at one layer."""
+        for layer, block in enumerate(self.blocks[first:], start=first):
+            x = block(x, cache, layer)
+        return x
+
+    def stream_names(self) -> list[str]:
+        """The residual stream's hook points: the embeddings, then after each block (L + 1 names);
+        name l is the stream entering block l."""
+        return [self.hook_embed.name] + [block.hook_resid_post.name for block in self.blocks]
 
     @contextlib.contextmanager
     def explicit_attention(self) -> Iterator[None]:
@@ -359,10 +375,6 @@ class GPT(nn.Module):
             raise ValueError(f"the text has {n_tokens} tokens; this model's context is {limit} tokens "
                              "(its learned positions stop there)")
 
-    def hook_points(self) -> dict[str, HookPoint]:
-        """Every named hook point, e.g. {'blocks.0.attn.hook_pattern': HookPoint, 'hook_embed': ...}."""
-        return {name: m for name, m in self.named_modules() if isinstance(m, HookPoint)}
-
     def parameter_counts(self) -> dict[str, int]:
         """Parameters by component; a tied LM head counts only its bias (its weight is the embedding)."""
 
@@ -386,8 +398,7 @@ class GPT(nn.Module):
         return counts
 
 
-@contextlib.contextmanager
-def capture_attention(model: GPT) -> Iterator[dict[str, torch.Tensor]]:
+def capture_attention(model: GPT) -> contextlib.AbstractContextManager[dict[str, torch.Tensor]]:
     """Collect the attention weights of every layer while the block runs.
 
     >>> with capture_attention(model) as patterns:
@@ -396,15 +407,4 @@ def capture_attention(model: GPT) -> Iterator[dict[str, torch.Tensor]]:
 
     The weights are detached; the dict keeps layer order.
     """
-    patterns: dict[str, torch.Tensor] = {}
-    handles = []
-    for name, hook_point in model.hook_points().items():
-        if name.endswith("hook_pattern"):
-            def save(_module, _inputs, output, name=name):
-                patterns[name] = output.detach()
-            handles.append(hook_point.register_forward_hook(save))
-    try:
-        yield patterns
-    finally:
-        for handle in handles:
-            handle.remove()
+    return model.caching(lambda name: name.endswith("attn.hook_pattern"))
