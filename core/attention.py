@@ -29,6 +29,7 @@ Imports the model and the shared checks. Never imports the training loop, gradio
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -37,13 +38,55 @@ from torch.nn import functional as F
 from core.checks import check_attention, evaluating, ids_tensor
 from core.model import GPT, capture_attention
 
-PATTERNS = ("previous-token", "first-token", "self", "fixed-offset", "induction", "mirror")
 STRONG_PATTERN = 0.5  # a chance-corrected score at least this high names the head
 UNIFORM_ENTROPY = 0.85  # normalised entropy at least this high (and no pattern) means "uniform"
 TIE = 0.05  # a confirmed induction head wins a fixed-offset score this close: on a periodic text they coincide
 MIRROR_ROWS = 3  # a mirror needs at least this many query rows: fewer fit any head by chance
 PROBE_HALF_MIN = 3  # the shortest half of an induction probe where induction can show
 PROBE_HALF_MAX = 40  # tokens in each half of an induction probe, at most
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A well-known way for a head to look, declared once: the analysis scores and names heads by it, the
+    figures draw it (keyed by `name`)."""
+
+    name: str
+    # What a head it names does, for a learner: {share} of the attention on its keys, {offset}, {centre}.
+    sentence: str
+    # The keys it looks at from each query: (query (T, 1), key (1, T), tokens (T,)) -> (T, T) booleans.
+    # None where it is searched for instead (fixed-offset over distances, mirror over centres).
+    targets: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None
+    threshold: float = STRONG_PATTERN  # the chance-corrected score from which it names a head
+
+
+def _after_earlier_occurrence(query: torch.Tensor, key: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Keys that follow an earlier occurrence (at key - 1) of the query's token. Keys q - 1 and q are
+    left out: there induction is indistinguishable from previous-token or self."""
+    n = tokens.numel()
+    follows_same_token = torch.zeros(n, n, dtype=torch.bool)
+    follows_same_token[:, 1:] = tokens[:, None] == tokens[None, :-1]
+    return follows_same_token & (key < query - 1)
+
+
+PATTERNS = {pattern.name: pattern for pattern in (
+    Pattern("previous-token", "Previous-token head: {share} of each token's attention goes to the token just "
+            "before it, passing 'what came before' forward (a building block of induction heads).",
+            lambda query, key, _tokens: key == query - 1),
+    Pattern("first-token", "First-token head (attention sink): {share} of the attention rests on the first "
+            "token, where heads park attention when nothing else is useful.",
+            lambda query, key, _tokens: (key == 0) & (query > 0)),
+    Pattern("self", "Self head: {share} of each token's attention stays on the token itself.",
+            lambda query, key, _tokens: key == query),
+    Pattern("fixed-offset", "Fixed-offset head: {share} of the attention goes to the token {offset} positions "
+            "back, whatever it is: it reads by position, not by content.", None),
+    Pattern("induction", "Induction head: when the current token appeared before, {share} of the attention "
+            "goes to the token that followed it then, so the model can repeat what came next.",
+            _after_earlier_occurrence),
+    Pattern("mirror", "Mirror head: {share} of the attention goes as far before {centre} as the "
+            "current token is after it, an anti-diagonal: the move that writes a word backwards.", None),
+)}
+LABELS = (*PATTERNS, "uniform", "mixed")  # every label a head can get
 
 
 def attention_maps(model: GPT, ids: list[int]) -> torch.Tensor:
@@ -75,7 +118,7 @@ class HeadSummary:
     head: int
     entropy: float  # bits, mean over query rows
     normalized_entropy: float  # entropy / the row's maximum (log2 of the visible tokens); 1 = uniform
-    label: str  # one of PATTERNS, "uniform" or "mixed"
+    label: str  # one of LABELS: a pattern's name, "uniform" or "mixed"
     score: float  # how strongly the head shows its label, 0 to 1
     scores: dict[str, float | None]  # every pattern's score (PATTERNS order); None where the text cannot show it
     offset: int | None  # how many tokens back its best fixed-offset match looks (None: text too short)
@@ -121,21 +164,12 @@ def entropy_bits(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def pattern_targets(ids: list[int]) -> dict[str, torch.Tensor]:
-    """For each pattern, a (T, T) boolean mask of the keys it looks at from each query."""
-    n = len(ids)
-    query = torch.arange(n)[:, None]  # (T, 1)
-    key = torch.arange(n)[None, :]  # (1, T)
+    """For each pattern with `targets`, a (T, T) boolean mask of the keys it looks at from each query."""
+    query = torch.arange(len(ids))[:, None]  # (T, 1)
+    key = torch.arange(len(ids))[None, :]  # (1, T)
     tokens = torch.tensor(ids)
-    # key k follows an earlier occurrence (position k - 1) of the query's token
-    follows_same_token = torch.zeros(n, n, dtype=torch.bool)
-    follows_same_token[:, 1:] = tokens[:, None] == tokens[None, :-1]
-    return {
-        "previous-token": key == query - 1,
-        "first-token": (key == 0) & (query > 0),
-        "self": key == query,
-        # keys q - 1 and q are left out: there induction is indistinguishable from previous-token or self
-        "induction": follows_same_token & (key < query - 1),
-    }
+    return {name: pattern.targets(query, key, tokens) for name, pattern in PATTERNS.items()
+            if pattern.targets is not None}
 
 
 def pattern_scores(maps: torch.Tensor, ids: list[int]) -> dict[str, tuple[torch.Tensor, torch.Tensor] | None]:
@@ -261,7 +295,7 @@ def _label(scores: dict[str, float | None], normalized_entropy: float, induction
         closest = "induction"
     # A head the probe calls an induction head keeps that name wherever induction is its best fit
     # on this text, however faint: the table agrees with the probe's verdict.
-    if measured[closest] >= STRONG_PATTERN or (closest == "induction" and measured[closest] > 0):
+    if measured[closest] >= PATTERNS[closest].threshold or (closest == "induction" and measured[closest] > 0):
         return closest, measured[closest], closest
     if normalized_entropy >= UNIFORM_ENTROPY:
         return "uniform", normalized_entropy, closest
@@ -270,25 +304,12 @@ def _label(scores: dict[str, float | None], normalized_entropy: float, induction
 
 def _explain(label: str, score: float, mass: float, closest: str, offset: int | None,
              centre: float | None) -> str:
-    share = f"{mass:.0%}"
-    centre_text = "the centre" if centre is None else f"position {centre:g}"
-    sentences = {
-        "previous-token": f"Previous-token head: {share} of each token's attention goes to the token just "
-        "before it, passing 'what came before' forward (a building block of induction heads).",
-        "first-token": f"First-token head (attention sink): {share} of the attention rests on the first "
-        "token, where heads park attention when nothing else is useful.",
-        "self": f"Self head: {share} of each token's attention stays on the token itself.",
-        "fixed-offset": f"Fixed-offset head: {share} of the attention goes to the token {offset} positions "
-        "back, whatever it is: it reads by position, not by content.",
-        "induction": f"Induction head: when the current token appeared before, {share} of the attention "
-        "goes to the token that followed it then, so the model can repeat what came next.",
-        "mirror": f"Mirror head: {share} of the attention goes as far before {centre_text} as the "
-        "current token is after it, an anti-diagonal: the move that writes a word backwards.",
-        "uniform": f"Averaging head: attention is spread almost evenly ({score:.0%} of the maximum "
-        "entropy), a running average of everything before.",
-    }
-    if label in sentences:
-        return sentences[label]
+    if label in PATTERNS:
+        centre_text = "the centre" if centre is None else f"position {centre:g}"
+        return PATTERNS[label].sentence.format(share=f"{mass:.0%}", offset=offset, centre=centre_text)
+    if label == "uniform":
+        return (f"Averaging head: attention is spread almost evenly ({score:.0%} of the maximum "
+                "entropy), a running average of everything before.")
     hint = f" (closest: {closest}, score {score:.2f})" if score >= 0.1 else ""
     return f"No single simple pattern{hint}; open it in the large view to see what it does."
 

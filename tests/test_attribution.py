@@ -4,7 +4,7 @@ restores exactly what it should, the QK circuit is the model's own score, and ba
 import pytest
 import torch
 
-from core.attribution import MAX_CIRCUIT_VOCAB, MIN_PATCH_GAP, circuits, logit_attribution, patch
+from core.attribution import MAX_CIRCUIT_VOCAB, MIN_PATCH_GAP, PATCH_PARTS, circuits, logit_attribution, patch
 from core.config import GPTConfig
 from core.interventions import head_steps
 from core.model import GPT
@@ -69,6 +69,22 @@ def test_patching_restores_exactly_where_the_texts_differ(options):
                                                     abs=1e-4)
     assert result.corrupted_difference == pytest.approx(
         (logits[1, result.target] - logits[1, result.alternative]).item(), abs=1e-4)
+
+
+def test_patching_patches_the_hook_points_it_is_given():
+    """`parts` names what is patched; one part gives the same numbers as both, the other left out (None)."""
+    model = random_model()
+    clean = torch.randint(30, (10,), generator=torch.Generator().manual_seed(2)).tolist()
+    corrupted = clean[:3] + [(clean[3] + 1) % 30] + clean[4:]
+    both = patch(model, clean, corrupted)
+    assert set(PATCH_PARTS) == {"hook_resid_post", "hook_z"} and both.residual is not None and both.heads is not None
+    heads = patch(model, clean, corrupted, parts="hook_z")
+    assert heads.residual is None and torch.equal(heads.heads, both.heads)
+    stream = patch(model, clean, corrupted, parts=["hook_resid_post"])
+    assert stream.heads is None and torch.equal(stream.residual, both.residual)
+    for parts in ("hook_pattern", [], ["hook_z", "blocks.0.hook_z"]):
+        with pytest.raises(ValueError, match="patch parts must be some of"):
+            patch(model, clean, corrupted, parts=parts)
 
 
 def test_patching_draws_no_shares_of_a_gap_too_small_to_mean_anything():

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from core.attention import STRONG_PATTERN, HeadSummary, pool_attention, pool_keys
+from core.attention import LABELS, PATTERNS, STRONG_PATTERN, HeadSummary, pool_attention, pool_keys
 from playground.figures import BLUE, GREEN, ORANGE, PALE_GREY, PALETTE, PURPLE, SKY, VERMILLION, YELLOW
 
 COLORSCALE = "Blues"
@@ -34,6 +35,7 @@ TICK_LABELS_MAX = 48  # more tokens than this on an axis and tick labels become 
 TITLE_TOP_PX = 42
 TOP_MARGIN_PX = 104
 TOOLBAR_REMOVED = ["zoom", "pan", "select", "lasso", "zoomin", "zoomout", "autoscale", "resetscale"]
+# Each label's colour (`core.attention.LABELS`: the patterns, "uniform", "mixed"); a test checks every label has one.
 LABEL_COLORS = {
     "previous-token": BLUE, "first-token": PURPLE, "self": GREEN, "fixed-offset": SKY,
     "induction": VERMILLION, "mirror": ORANGE, "uniform": YELLOW, "mixed": PALE_GREY,
@@ -243,21 +245,49 @@ def _add_head_lines(fig: go.Figure, weights: list[float], query_row: int, head: 
                                  name=f"head {head}", legendgroup=f"head {head}"))
 
 
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 # The per-head table: short headers that fit their columns whole (SUMMARY_LEGEND explains them),
 # the explanation early so a learner reads it before the numbers, and widths in pixels.
 # 1170 px in all: every column shows at 1366 px; on a phone the explanation fits the screen once scrolled to.
+# Each pattern's column (`core.attention.PATTERNS`, keyed by name; a test checks every pattern has one).
+PATTERN_COLUMNS = {
+    "previous-token": ("prev", 54), "first-token": ("first", 60), "self": ("self", 52),
+    "fixed-offset": ("offset", 68), "induction": ("induction", 92), "mirror": ("mirror", 68),
+}
+
+
+def _pattern_columns(name: str) -> Iterator[tuple[str, int, Callable[[HeadSummary], object]]]:
+    header, width = PATTERN_COLUMNS[name]
+    yield header, width, lambda s: _fmt(s.scores[name])
+    if name == "induction":  # the probe's verdict beside this text's induction score
+        yield "probe", 60, lambda s: _fmt(s.probe_induction)
+
+
+# (header, width, cell): one list, so the headers and the rows cannot fall out of step.
 SUMMARY_COLUMNS = [
-    ("layer", 60), ("head", 54), ("label", 130), ("score", 60), ("what it does", 290), ("bits", 54),
-    ("spread", 68), ("prev", 54), ("first", 60), ("self", 52), ("offset", 68), ("induction", 92),
-    ("probe", 60), ("mirror", 68),
+    ("layer", 60, lambda s: s.layer), ("head", 54, lambda s: s.head), ("label", 130, lambda s: s.label),
+    ("score", 60, lambda s: _fmt(s.score)), ("what it does", 290, lambda s: s.explanation),
+    ("bits", 54, lambda s: _fmt(s.entropy)), ("spread", 68, lambda s: _fmt(s.normalized_entropy)),
+    *(column for name in PATTERNS for column in _pattern_columns(name)),
 ]
-SUMMARY_HEADERS = [name for name, _ in SUMMARY_COLUMNS]
-SUMMARY_WIDTHS = [width for _, width in SUMMARY_COLUMNS]
-SUMMARY_PATTERNS = ["previous-token", "first-token", "self", "fixed-offset", "induction"]  # prev .. induction
+SUMMARY_HEADERS = [header for header, _, _ in SUMMARY_COLUMNS]
+SUMMARY_WIDTHS = [width for _, width, _ in SUMMARY_COLUMNS]
+
+
+def _pattern_legend() -> str:
+    """"**prev** (previous-token), **first** (first-token), **self**, ...": each pattern's header, its name
+    where the header shortens it."""
+    names = [f"**{PATTERN_COLUMNS[name][0]}**" + ("" if PATTERN_COLUMNS[name][0] == name else f" ({name})")
+             for name in PATTERNS]
+    return f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 SUMMARY_LEGEND = (
     "**score**: how strongly the head shows its label, 0 to 1. **bits**: the entropy of a token's attention, "
-    "averaged; **spread**: that entropy over its maximum (1 = spread evenly). **prev** (previous-token), "
-    "**first** (first-token), **self**, **offset** (fixed-offset), **induction** and **mirror**: how well "
+    f"averaged; **spread**: that entropy over its maximum (1 = spread evenly). {_pattern_legend()}: how well "
     "the head follows each pattern on this text, corrected for chance (0 = no more than even attention, "
     "1 = all of it; - = this text cannot show it). **probe**: its induction score on random tokens written "
     f"twice, at two lengths; a head past layer 0 with {STRONG_PATTERN:g} or more there is an induction head."
@@ -266,21 +296,14 @@ SUMMARY_LEGEND = (
 
 def summary_table(summaries: list[HeadSummary]) -> list[list]:
     """Rows for a table with SUMMARY_HEADERS; an unmeasurable score shows as '-'."""
-    def fmt(value: float | None) -> str:
-        return "-" if value is None else f"{value:.2f}"
-
-    return [
-        [s.layer, s.head, s.label, fmt(s.score), s.explanation, fmt(s.entropy), fmt(s.normalized_entropy),
-         *(fmt(s.scores[name]) for name in SUMMARY_PATTERNS), fmt(s.probe_induction), fmt(s.scores["mirror"])]
-        for s in summaries
-    ]
+    return [[cell(s) for _, _, cell in SUMMARY_COLUMNS] for s in summaries]
 
 
 def summary_figure(summaries: list[HeadSummary]) -> go.Figure:
     """A layer x head board: each cell coloured by the head's label, with its score."""
     n_layer = max(s.layer for s in summaries) + 1
     n_head = max(s.head for s in summaries) + 1
-    kinds = list(LABEL_COLORS)
+    kinds = list(LABELS)
     z = np.zeros((n_layer, n_head))
     text = [["" for _ in range(n_head)] for _ in range(n_layer)]
     hover = [["" for _ in range(n_head)] for _ in range(n_layer)]

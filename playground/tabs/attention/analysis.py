@@ -17,8 +17,8 @@ import torch
 from gradio.events import Dependency
 
 from core.attention import (
-    PROBE_HALF_MAX, PROBE_HALF_MIN, HeadSummary, attention_maps, head_view, induction_probe, probe_induction,
-    summarize_heads,
+    PATTERNS, PROBE_HALF_MAX, PROBE_HALF_MIN, HeadSummary, attention_maps, head_view, induction_probe,
+    probe_induction, summarize_heads,
 )
 from core.config import GPTConfig
 from core.model import GPT
@@ -185,7 +185,7 @@ class Handlers(AttentionBase):
 
 def _standouts(analysis: Analysis) -> list[HeadSummary]:
     """Up to 4 heads with a named pattern, strongest first."""
-    named = (s for s in analysis.summaries if s.label not in ("mixed", "uniform"))
+    named = (s for s in analysis.summaries if s.label in PATTERNS)
     return sorted(named, key=lambda s: s.score, reverse=True)[:4]
 
 
