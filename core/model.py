@@ -340,8 +340,9 @@ class GPT(Hooked):
     def run_from(self, x: torch.Tensor, first: int = 0, cache: KVCache | None = None) -> torch.Tensor:
         """The residual stream after the last block (B, T, C), from x (B, T, C) entering block `first`:
         the rest of a forward pass, for analyses that change the stream (or a head) at one layer."""
-        for layer, block in enumerate(self.blocks[first:], start=first):
-            x = block(x, cache, layer)
+        for layer, block in enumerate(self.blocks):  # not blocks[first:]: a slice builds a new ModuleList each pass
+            if layer >= first:
+                x = block(x, cache, layer)
         return x
 
     def stream_names(self) -> list[str]:
