@@ -19,6 +19,8 @@ TransformerLens style (`core.hooks`):
         logits, loss = model(idx, targets)
     logits = model.run_with_hooks(idx, fwd_hooks=[(name_or_test, fn)])
     logits, cache = model.run_with_cache(idx, names=["hook_embed", "blocks.0.attn.hook_pattern"])
+    with model.caching(model.stream_names()) as streams:   # the same cache around any call
+        logits, loss = model(idx, targets)
     x = model.run_from(stream, layer)                   # the rest of a pass from the stream entering a block
 
 Nobody looking at attention means the fast fused `scaled_dot_product_attention`; somebody
