@@ -3,12 +3,14 @@ replay (a slider, Play and Pause), each head's pattern scores over training, /at
 JSON and the movie as a GIF to download.
 
 The run records the snapshots (`movie_for_run`, `snapshot_due`); the handlers here only read them.
-`ReplayHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `registry` and the
-session's download folder.
+`ReplayHandlers` is given the session's download folder (for the GIF) by `TrainHandlers` (`layout`).
 Never imports the run, the checkpoints or the layout: they build on the replay.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
 
 import gradio as gr
 from gradio.components.plot import PlotData
@@ -18,8 +20,10 @@ from core.movie import INDUCTION, MOVIE_BYTES, AttentionMovie, evenly, induction
 from core.tokenizers import Tokenizer, token_labels
 from core.train import Trainer
 from playground import validate
+from playground.context import AppContext
 from playground.figures.attention import replay_heatmap
 from playground.figures.training import head_scores_plot, note_plot
+from playground.sessions import Session
 
 # The attention movie: a snapshot every max_iters // MOVIE_FRAMES steps (and at the last step), so a run
 # has up to about this many; past MOVIE_BYTES the movie keeps every other one and records half as often.
@@ -34,6 +38,9 @@ PLAY_INTERVAL_S = 0.4  # one snapshot after another: 80 snapshots play in about 
 
 class ReplayHandlers:
     """The replay's slider, Play and Pause, /attention_movie and the GIF."""
+
+    def __init__(self, ctx: AppContext, folder: Callable[[Session], Path]) -> None:
+        self.registry, self._folder = ctx.registry, folder
 
     def replay(self, step, request: gr.Request) -> PlotData:
         """The attention grid of the snapshot nearest to training `step`, at or before it (a note when
