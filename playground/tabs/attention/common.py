@@ -21,12 +21,12 @@ from pathlib import Path
 
 import gradio as gr
 import torch
-from gradio.events import Dependency
 
 from core.attention import HeadSummary
 from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
+from playground.gradio_internals import Dependency
 from playground.sessions import Session, TrainedModel
 
 STALE = "The model has changed since this analysis: press Analyse again first."

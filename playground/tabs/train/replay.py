@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import gradio as gr
-from gradio.components.plot import PlotData
 
 from core.attention import STRONG_PATTERN, induction_heads, induction_verdict_scores
 from core.movie import INDUCTION, MOVIE_BYTES, AttentionMovie, evenly, induction_onset, movie_gif
@@ -23,6 +22,7 @@ from playground import validate
 from playground.context import AppContext
 from playground.figures.attention import replay_heatmap
 from playground.figures.training import head_scores_plot, note_plot
+from playground.gradio_internals import PlotData, plotly_json
 from playground.sessions import Session
 
 # The attention movie: a snapshot every max_iters // MOVIE_FRAMES steps (and at the last step), so a run
@@ -51,7 +51,7 @@ class ReplayHandlers:
             return note_plot(NO_REPLAY)
         frame = next((f for f in reversed(frames) if f.step <= step), frames[0])
         labels = token_labels(self._tokenizer_of(request), movie.probe_ids)
-        return PlotData(type="plotly", plot=replay_heatmap(frame.maps.float(), labels, frame.step).to_json())
+        return plotly_json(replay_heatmap(frame.maps.float(), labels, frame.step).to_json())
 
     def movie_range(self, request: gr.Request):
         """The replay slider spanning the recorded steps (while a run records more)."""

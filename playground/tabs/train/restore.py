@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
-from gradio.components.plot import PlotData
 
 from core.checkpoint import CheckpointError, Encoded, encode, load_kept
 from core.movie import encode_movie
@@ -41,6 +40,7 @@ from core.runs import encode_runs
 from core.tokenizers import token_labels
 from playground.context import AppContext
 from playground.figures.attention import live_heatmap
+from playground.gradio_internals import plotly_json
 from playground.sessions import Session
 from playground.store import CODE_TTL_S, Tokens
 from playground.tabs.train.checkpoints import CheckpointHandlers, checkpoint_meta
@@ -290,5 +290,5 @@ def _movie_shown(session: Session) -> dict[str, Any]:
              "movie_step": gr.update(maximum=last.step, value=last.step)}
     if last.step == session.trained.step:
         figure = live_heatmap(last.maps.float(), token_labels(session.tokenizer, movie.probe_ids))
-        shown["attention"] = PlotData(type="plotly", plot=figure.to_json())
+        shown["attention"] = plotly_json(figure.to_json())
     return shown

@@ -20,7 +20,6 @@ from typing import Any
 
 import gradio as gr
 import torch
-from gradio.components.plot import PlotData
 
 from core.attention import probe_induction
 from core.config import GPTConfig, TrainConfig, stage_of
@@ -32,6 +31,7 @@ from playground import validate
 from playground.context import AppContext
 from playground.figures.attention import live_heatmap
 from playground.figures.training import loss_figure, note_plot
+from playground.gradio_internals import plotly_json
 from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
 from playground.sessions import Session, TrainedModel, listed, missing_parts, training_bytes
 from playground.tabs.train import compare
@@ -283,7 +283,7 @@ class RunHandlers:
         if not per_layer:
             return note_plot("This stage has no attention yet: its tokens cannot look at each other.")
         figure = live_heatmap(torch.stack(per_layer), token_labels(trainer.tokenizer, trainer.probe_ids))
-        return PlotData(type="plotly", plot=figure.to_json())  # serialised once, though sent with every update
+        return plotly_json(figure.to_json())  # serialised once, though sent with every update
 
     def _update(self, session: Session, *, status: str, event=None, sample=gr.skip(), attention=gr.skip(),
                 model_changed=gr.skip(), movie_note=gr.skip(), scores=gr.skip(), next_step=gr.skip()) -> tuple:
