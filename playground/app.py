@@ -25,6 +25,7 @@ import torch
 from core.schedule import FairShare
 from playground.context import AppContext
 from playground.errors import GuardedBlocks, harden, unknown_event_handlers
+from playground.gradio_internals import event_handlers, forget_sessions, idle_sessions, page_closed
 from playground.sessions import SessionRegistry, release_memory
 from playground.settings import Settings
 from playground.store import open_store
@@ -104,7 +105,7 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
         demo.unload(_freer(registry))
     harden(demo)
     _name_tools(demo)
-    registry.on_free(lambda session: _forget_gradio_states(demo, [session.key]))
+    registry.on_free(lambda session: forget_sessions(demo, [session.key]))
     _start_sweeper(demo, registry, settings)
     demo.queue(max_size=settings.max_queue_size, default_concurrency_limit=1)
     demo.registry = registry  # for tests and benchmarks: the sessions this app holds
@@ -120,14 +121,10 @@ def _start_sweeper(demo: gr.Blocks, registry: SessionRegistry, settings: Setting
 
     def sweep() -> None:
         registry.sweep()
-        holder = getattr(demo, "state_holder", None)  # exists once the app is launched
-        if holder is None:
-            return
         cutoff = datetime.datetime.now() - datetime.timedelta(seconds=settings.api_ttl_s)
         ours = registry.keys()  # Gradio also holds hashes the registry refused (too long, say)
-        with holder.lock:
-            idle = [key for key, used in holder.time_last_used.items() if used < cutoff and key not in ours]
-        _forget_gradio_states(demo, idle)
+        idle = [key for key in idle_sessions(demo, cutoff) if key not in ours]
+        forget_sessions(demo, idle)
         if idle:
             release_memory()
 
@@ -144,24 +141,13 @@ def _start_sweeper(demo: gr.Blocks, registry: SessionRegistry, settings: Setting
     return thread
 
 
-def _forget_gradio_states(demo: gr.Blocks, keys: list[str]) -> None:
-    """Drop Gradio's own state of these sessions (it keeps it for an hour otherwise)."""
-    holder = getattr(demo, "state_holder", None)
-    if holder is None:
-        return
-    with holder.lock:
-        for key in keys:
-            holder.session_data.pop(key, None)
-            holder.time_last_used.pop(key, None)
-
-
 def _name_tools(demo: gr.Blocks) -> None:
     """Name each handler after its API name: Gradio's MCP server names a tool after its function, which
     would make /attention `analyse` and the Baby GPT's /baby_gpt_train `train_1`. Renames harden's
     wrappers (one per event), never the tabs' own functions."""
-    for block_fn in demo.fns.values():
-        if block_fn.fn is not None and block_fn.api_name:
-            block_fn.fn.__name__ = block_fn.api_name
+    for handler in event_handlers(demo):
+        if handler.api_name:
+            handler.fn.__name__ = handler.api_name
 
 
 def _browser_marker(registry: SessionRegistry):
@@ -175,18 +161,11 @@ def _freer(registry: SessionRegistry):
     def free_session(request: gr.Request) -> None:
         # Gradio runs an unload event when a page's heartbeat stream ends (the tab closed), but like any
         # event it also answers a client that calls it by name or index: only the page's own unload frees.
-        if not _page_closed(request):
+        if not page_closed(request):
             raise gr.Error("A session is freed when its page closes, not by a call.")
         registry.free(request)
 
     return free_session
-
-
-def _page_closed(request: gr.Request) -> bool:
-    """Whether Gradio runs this unload event because the page closed: it then passes on the request of the
-    page's heartbeat stream (its route .../heartbeat/{session_hash}) that just ended."""
-    route = getattr(request.request, "scope", {}).get("route")  # FastAPI's route that took the request
-    return route is not None and route.path.endswith("/heartbeat/{session_hash}")
 
 
 def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None = None, mcp: bool = False) -> dict:

@@ -16,7 +16,9 @@
   answered 404 with the reason, and logged as one line (`unknown_event_handlers`, given to the
   FastAPI app Gradio builds): Gradio would answer 500 and log a 70-line traceback each time.
 
-Never imports core, the sessions or a tab: it wraps whatever handlers it is given.
+What this needs of Gradio's insides (its events, its input checks, its routes) is reached through
+`playground.gradio_internals`. Never imports core, the sessions or a tab: it wraps whatever handlers
+it is given.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import gradio as gr
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from gradio.route_utils import FnIndexInferError
+
+from playground.gradio_internals import UNKNOWN_EVENT_ERRORS, InputCheckedBlocks, event_handlers, missing_event
 
 log = logging.getLogger("playground")
 MESSAGE_CHARS = 600  # what a user is shown of any message at most
@@ -83,76 +85,38 @@ def guard(fn: Callable, where: str) -> Callable:
     return guarded
 
 
-class GuardedBlocks(gr.Blocks):
+class GuardedBlocks(InputCheckedBlocks):
     """gr.Blocks whose own request checks (too few inputs, a file outside its cache, malformed file
     data) answer with a short message and one log line, not an empty error and a traceback that
     echoes the whole request."""
 
-    async def preprocess_data(self, block_fn, inputs: list[Any], state, explicit_call: bool = False):
-        try:
-            return await super().preprocess_data(block_fn, inputs, state, explicit_call)
-        except gr.Error as error:
-            raise _answer(error, _where(block_fn)) from None
-        except Exception as error:
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise _answer(gr.Error(f"The request's inputs are not valid: {shorten(first_line, 200)}"),
-                          _where(block_fn)) from None
-        finally:
-            _forget_inputs(state, block_fn)
-
-
-def _forget_inputs(state, block_fn) -> None:
-    """Drop the copy of each input that Gradio keeps in the session's state (for deep links, which
-    this app does not use): otherwise every session hash keeps, say, a 2 MB pasted text for as long
-    as Gradio keeps its state."""
-    values = getattr(state, "config_values", {})
-    for block in block_fn.inputs:
-        props = values.get(block._id, {}).get("props")
-        if props is not None:
-            props["value"] = None
+    def on_input_error(self, error: Exception, where: str) -> gr.Error:
+        if isinstance(error, gr.Error):
+            return _answer(error, where)
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return _answer(gr.Error(f"The request's inputs are not valid: {shorten(first_line, 200)}"), where)
 
 
 def harden(demo: gr.Blocks) -> None:
     """Guard every handler of `demo` and give the app's own the raw inputs (see the module docstring)."""
-    for block_fn in demo.fns.values():
-        if block_fn.fn is None:  # a front-end-only event (e.g. a Stop that cancels)
-            continue
+    for handler in event_handlers(demo):  # (an event that runs in the browser alone, a Stop that cancels, has none)
         # Gradio's own handlers (an Examples table's loader) expect their inputs preprocessed
-        ours = not getattr(block_fn.fn, "__module__", "").startswith("gradio")
-        block_fn.fn = guard(block_fn.fn, _where(block_fn))
-        block_fn.preprocess = block_fn.preprocess and not ours
-
-
-def _where(block_fn) -> str:
-    return f"/{block_fn.api_name}" if block_fn.api_name else (block_fn.name or "an event")
+        ours = not getattr(handler.fn, "__module__", "").startswith("gradio")
+        handler.fn = guard(handler.fn, handler.where)
+        if ours:
+            handler.take_raw_inputs()
 
 
 def unknown_event_handlers() -> dict[type[Exception], Callable]:
     """FastAPI's `exception_handlers` for the app Gradio builds (`launch(app_kwargs=...)`): a call to an
     event the app does not have gets 404 and its reason, and the log one line."""
-    # Gradio looks the event up without a check: an unknown name raises FnIndexInferError (/call, /run)
-    # or KeyError (/call/v2), an unknown fn_index KeyError (/queue/join, /run/predict).
-    return {FnIndexInferError: _no_such_event, KeyError: _no_such_event}
+    return {error: _no_such_event for error in UNKNOWN_EVENT_ERRORS}
 
 
 async def _no_such_event(request: Request, error: Exception) -> JSONResponse:
-    missing = _missing_event(request, error)
+    missing = missing_event(request, error)
     if missing is None:
         raise error  # a KeyError of the server's own: a bug, whose traceback the log must keep
     reason = f"This app has no event {missing}."
     log.info("refused %s: %s", one_line(request.url.path), one_line(reason))
     return JSONResponse({"detail": reason}, status_code=404)
-
-
-def _missing_event(request: Request, error: Exception) -> str | None:
-    """How the request named an event the app does not have ("named /reset", "number 9999"), or None
-    when `error` is about something else."""
-    named = request.path_params.get("api_name")
-    if isinstance(error, FnIndexInferError):
-        return f"named /{named}"
-    key = error.args[0] if len(error.args) == 1 else None
-    if isinstance(key, int) and key not in request.app.get_blocks().fns:
-        return f"number {key}"
-    if named is not None and key == f"/{named}":  # /call/v2 looks the name up among the public events
-        return f"named {key}"
-    return None

@@ -35,9 +35,11 @@ Policy (a flood of cheap calls must not push out anybody's model):
 - Freed sessions' memory is handed back (`release_memory`): garbage collected, and glibc's heap
   trimmed so the process's RSS falls back too.
 
-Each tab owns its own `Session` fields and only reads the others (see the class).
+Each tab owns its own `Session` fields and only reads the others (see the class). Each field has a real
+type: core's, or a dataclass declared here for a tab's own state (`Analysis`, `BabyState`), since the
+tabs keep their state here, not the other way round.
 
-Never imports a tab, the context or a figure: the tabs keep their state here, not the other way round.
+Never imports a tab, the context or a figure (not even for a type: a tab imports this module).
 """
 
 from __future__ import annotations
@@ -50,16 +52,28 @@ import math
 import secrets
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import gradio as gr
 import torch
 
-from core.config import GPTConfig, stage_of
+from core.config import GPTConfig, TrainConfig, stage_of
 from core.runs import COMPARED, RunLog
+
+if TYPE_CHECKING:  # for the fields' types only: importing these runs the model, training and data code
+    from core.attention import HeadSummary
+    from core.babygpt import BabyRun
+    from core.data import Task
+    from core.ladder import Ladder
+    from core.model import GPT
+    from core.movie import AttentionMovie
+    from core.sample import TokenStep
+    from core.tokenizers import Tokenizer
+    from core.train import Trainer
 
 SWEEP_EVERY_S = 30.0  # sweeping is O(sessions); no need to do it on every request
 EXPIRED_MEMORY = 1000  # how many expired session keys we remember, to tell their owners
@@ -110,17 +124,17 @@ class TrainedModel:
     checkpoint) and continues it; Generate and Attention read its model and tokenizer. (A view over
     a pretrained model is one too, without trainer or history: see playground.pretrained.)"""
 
-    model: Any  # core.model.GPT
-    tokenizer: Any  # core.tokenizers.Tokenizer
+    model: GPT
+    tokenizer: Tokenizer
     corpus_name: str  # what it was trained on, for display
     history: list[dict] = field(default_factory=list)  # step/train_loss/val_loss/lr rows
-    trainer: Any = None  # core.train.Trainer | None: keeps the optimizer, so Train continues
-    train_config: Any = None  # core.config.TrainConfig | None of the last run
+    trainer: Trainer | None = None  # keeps the optimizer, so Train continues
+    train_config: TrainConfig | None = None  # of the last run
     resume_state: dict | None = None  # an uploaded checkpoint's training state, for the next Train
-    movie: Any = None  # core.movie.AttentionMovie | None: its attention over training, continued by Train
+    movie: AttentionMovie | None = None  # its attention over training, continued by Train
     run: int = 0  # its number among the session's runs (core.runs.RunLog), to compare; 0: not a run yet
     source: str | None = None  # a pretrained model's key (playground.pretrained.CATALOGUE); None: the session's own
-    task: Any = None  # core.data.Task | None: the synthetic task it last trained on, whose lines Generate writes
+    task: Task | None = None  # the synthetic task it last trained on, whose lines Generate writes
     sample: str = ""  # the last live sample the Train tab showed: the store keeps it, a page coming back shows it
 
     @property
@@ -142,6 +156,38 @@ class TrainedModel:
         return self.trainer.state_dict() if self.trainer is not None else self.resume_state
 
 
+@dataclass(frozen=True)
+class Analysis:
+    """The Attention tab's state: the last analysed text of a session, and what the tools below the heatmaps
+    found in it."""
+
+    ids: list[int]
+    labels: list[str]  # readable token labels
+    maps: torch.Tensor  # (L, H, T, T) float16: half the memory a session keeps; ~4 significant digits
+    summaries: list[HeadSummary]
+    trained: weakref.ReferenceType[TrainedModel]  # the session's model then (weak: a replaced one must go)
+    step: int  # ... and its training step then
+    # the latest result of each tool, for the export: "steps" (HeadSteps), "knock_out" (a dict),
+    # "importance" ({mode: (L, H) tensor}), "lens" (LogitLens); and "intact", the continuation of
+    # the text with every head, the same for every knock-out of this analysis
+    results: dict = field(default_factory=dict)
+
+    def weights(self) -> torch.Tensor:
+        return self.maps.float()
+
+    def of(self, trained: TrainedModel | None) -> bool:
+        """Whether this analysis shows `trained` as it is now: the same model, trained no further."""
+        return trained is not None and self.trained() is trained and self.step == trained.step
+
+
+@dataclass
+class BabyState:
+    """The Baby GPT tab's state: a session's baby GPT, its run and the last sampled walk on its chain."""
+
+    run: BabyRun
+    walk: list[int] | None = None
+
+
 @dataclass
 class Session:
     """One user's state. Fields are written by the tab named in the comment, read by all."""
@@ -156,10 +202,10 @@ class Session:
     # each session starts from fresh OS entropy (a seed given in the UI overrides it per call).
     generator: torch.Generator = field(default_factory=_entropy_generator)
     last_text: str = ""  # last generated text, offered by the Attention tab (Generate)
-    last_steps: list = field(default_factory=list)  # core.sample.TokenStep of last_text's tokens (Generate)
-    attention: Any = None  # the Attention tab's last analysis
-    baby: Any = None  # the Baby GPT tab's own state object
-    ladder: Any = None  # the Ladder tab's last climb (core.ladder.Ladder), running or done
+    last_steps: list[TokenStep] = field(default_factory=list)  # of last_text's tokens (Generate)
+    attention: Analysis | None = None  # its last analysis (Attention)
+    baby: BabyState | None = None  # its baby GPT (Baby GPT)
+    ladder: Ladder | None = None  # its last climb, running or done (Ladder)
     runs: RunLog = field(default_factory=RunLog)  # its last few runs, to compare (Train)
     token: str | None = None  # its browser's key to the state store, checked (Train: playground.tabs.train.restore)
     kept_form: dict | None = None  # the Train form of its model's last run, kept with it in the store (Train)
@@ -173,12 +219,12 @@ class Session:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
-    def model(self):
-        """The session's GPT (core.model.GPT), or None."""
+    def model(self) -> GPT | None:
+        """The session's GPT, or None."""
         return None if self.trained is None else self.trained.model
 
     @property
-    def tokenizer(self):
+    def tokenizer(self) -> Tokenizer | None:
         return None if self.trained is None else self.trained.tokenizer
 
     @property
@@ -187,7 +233,7 @@ class Session:
         return self.pretrained or self.trained
 
     @property
-    def trainer(self):
+    def trainer(self) -> Trainer | None:
         return None if self.trained is None else self.trained.trainer
 
     @property

@@ -66,7 +66,7 @@ def trained():
 def run_train(train, session="a", **changes):
     """All the updates of one /train call: (status, progress, loss figure, sample, attention, model_changed,
     movie note, head scores, what Train will do)."""
-    return list(train.train(**{**FORM, **changes}, request=session))
+    return list(train.run.train(**{**FORM, **changes}, request=session))
 
 
 def weights(model):
@@ -87,7 +87,7 @@ def test_train_streams_live_updates_and_keeps_the_model(train, ctx):
     # what Train will do comes with the status: "Training now" while it trains, the next step with "Done"
     assert {update[-1] for update in updates[:-1]} == {"Training now: **Stop** ends it and keeps what it has learned."}
     assert "already trained 20 of 20 steps" in next_step
-    assert next_step == train.preview(**FORM, request="a")[1]  # as the preview says it, once the run is over
+    assert next_step == train.run.preview(**FORM, request="a")[1]  # as the preview says it, once the run is over
     assert status.startswith("Done: 20 steps")
     assert "step 20 / 20" in progress and "tokens/s" in progress
     train_line, val_line, answer_line = plotted(loss_fig).data
@@ -122,38 +122,38 @@ def test_changed_settings_say_what_differs_and_keep_the_model(train, ctx):
         (status, *_), = run_train(train, steps=40, **change)  # a status, never an error badge
         assert shown in status and "**New model**" in status
         if "tokenizer" not in change:  # (GPT-2's embedding is over this test's cap: the preview says that first)
-            assert shown in train.preview(**{**FORM, "steps": 40, **change}, request="a")[1]  # said before Train too
+            assert shown in train.run.preview(**{**FORM, "steps": 40, **change}, request="a")[1]  # said before Train too
     session = ctx.registry.get("a")
     assert same(before, weights(session.model)) and session.trainer.step == 20
 
 
 def test_new_model_discards_the_model_and_trains_one_with_the_settings(train, ctx):
     run_train(train)
-    updates = list(train.train_new(**{**FORM, "n_layer": 2, "steps": 5}, request="a"))
+    updates = list(train.run.train_new(**{**FORM, "n_layer": 2, "steps": 5}, request="a"))
     assert updates[0][0] == "Training a new model." and updates[-1][0].startswith("Done: 5 steps")
     session = ctx.registry.get("a")
     assert session.model.config.n_layer == 2 and [row["step"] for row in session.trained.history] == list(range(1, 6))
 
 
 def test_stop_keeps_the_weights_and_train_continues(train, ctx):
-    stream = train.train(**{**FORM, "steps": 2000}, request="a")
+    stream = train.run.train(**{**FORM, "steps": 2000}, request="a")
     assert next(stream)[0] == "Training a new model."  # the first step's update
     next(stream)
     assert "already running training" in _error(lambda: run_train(train))  # a second Train click
-    assert train.stop("a").startswith("Stopping")  # the stream is not being pulled, so it cannot end yet
+    assert train.run.stop("a").startswith("Stopping")  # the stream is not being pulled, so it cannot end yet
     status = list(stream)[-1][0]
     session = ctx.registry.get("a")
     stopped_at = session.trainer.step
     assert status.startswith(f"Stopped at step {stopped_at}") and stopped_at < 2000
-    assert train.stop("a") == gr.skip()  # nothing trains: the status stays as it is
+    assert train.run.stop("a") == gr.skip()  # nothing trains: the status stays as it is
     run_train(train, steps=stopped_at + 3)
     assert session.trainer.step == stopped_at + 3
 
 
 def test_stop_while_the_stream_waits_is_not_lost(train, ctx):
-    stream = train.train(**{**FORM, "corpus": "shakespeare", "preset": "shakespeare-char-cpu", "steps": 2000}, request="a")
+    stream = train.run.train(**{**FORM, "corpus": "shakespeare", "preset": "shakespeare-char-cpu", "steps": 2000}, request="a")
     assert next(stream)[0] == "Training a new model."
-    train.stop("a")  # while nobody pulls the stream
+    train.run.stop("a")  # while nobody pulls the stream
     assert list(stream)[-1][0].startswith("Stopped at step")
 
 
@@ -212,24 +212,24 @@ def test_uploaded_and_pasted_text_train(train, ctx, tmp_path):
 
 def test_preview_counts_parameters_and_says_whether_train_continues(trained):
     _, train, _ = trained
-    count, next_step = train.preview(*FORM.values(), request="new")
+    count, next_step = train.run.preview(*FORM.values(), request="new")
     assert "parameters" in count and "vocabulary 28 tokens" in count and "LayerNorms" in count
     assert next_step == "**Train** starts a new model with these settings."
-    assert "continues your model from step 20" in train.preview(**{**FORM, "steps": 30}, request="a")[1]
-    assert "already trained 20 of 20 steps" in train.preview(*FORM.values(), request="a")[1]
-    assert "Press **New model**" in train.preview(*{**FORM, "n_layer": 2}.values(), request="a")[1]
-    assert "⚠️" in train.preview(*{**FORM, "n_layer": 99}.values(), request="a")[0]
-    stream = train.train(**{**FORM, "steps": 2000}, request="trains")
+    assert "continues your model from step 20" in train.run.preview(**{**FORM, "steps": 30}, request="a")[1]
+    assert "already trained 20 of 20 steps" in train.run.preview(*FORM.values(), request="a")[1]
+    assert "Press **New model**" in train.run.preview(*{**FORM, "n_layer": 2}.values(), request="a")[1]
+    assert "⚠️" in train.run.preview(*{**FORM, "n_layer": 99}.values(), request="a")[0]
+    stream = train.run.train(**{**FORM, "steps": 2000}, request="trains")
     next(stream)  # while it trains, the note says so, not the step the run started from
-    assert train.preview(**{**FORM, "steps": 2000}, request="trains")[1].startswith("Training now: **Stop**")
-    train.stop("trains")
+    assert train.run.preview(**{**FORM, "steps": 2000}, request="trains")[1].startswith("Training now: **Stop**")
+    train.run.stop("trains")
     list(stream)
-    assert "continues your model from step" in train.preview(**{**FORM, "steps": 2000}, request="trains")[1]
+    assert "continues your model from step" in train.run.preview(**{**FORM, "steps": 2000}, request="trains")[1]
 
 
 def test_the_parameter_count_adds_up_to_its_total(trained):
     _, train, _ = trained
-    preview, _ = train.preview(**{**FORM, "stage": "feed_forward"}, request="new")
+    preview, _ = train.run.preview(**{**FORM, "stage": "feed_forward"}, request="new")
     total, parts = re.match(r"\*\*([\d,]+) parameters\*\* \((.*)\);", preview).groups()
     assert sum(int(n.replace(",", "")) for n in re.findall(r"([\d,]+)(?:,|$)", parts)) == int(total.replace(",", ""))
 
@@ -237,23 +237,23 @@ def test_the_parameter_count_adds_up_to_its_total(trained):
 def test_the_form_is_declared_once(train):
 
     assert tuple(FORM) == FORM_FIELDS  # the API's keywords, in order
-    for handler in (train.train, train.train_new, train.preview):
+    for handler in (train.run.train, train.run.train_new, train.run.preview):
         assert list(inspect.signature(handler).parameters) == [*FORM_FIELDS, "request"]  # what Gradio reads
 
 
 def test_presets_fill_the_form_within_the_caps(train):
-    form = train.apply_preset("shakespeare-char")
+    form = train.rules.apply_preset("shakespeare-char")
     assert (form["corpus"], form["tokenizer"], form["stage"]) == ("shakespeare", "char", "gpt")
     assert (form["n_layer"], form["n_embd"], form["block_size"]) == (3, 64, 32)
     assert "Reduced to this server's caps" in form["preset_info"] and "n_embd 384 → 64" in form["preset_info"]
     assert set(form) - {"preset_info"} <= set(FORM)
     with pytest.raises(gr.Error):
-        train.apply_preset("gpt-5")
+        train.rules.apply_preset("gpt-5")
 
 
 @pytest.mark.parametrize("caps", ["public", "test"])
 def test_every_preset_capped_to_a_server_is_a_form_that_trains(caps, train):
-    rules = FormRules(Settings()) if caps == "public" else train  # public: 256 channels for shakespeare-char's 6 heads
+    rules = FormRules(Settings()) if caps == "public" else train.rules  # public: 256 channels for shakespeare-char's 6 heads
     for name in PRESETS:
         form = preset_values(rules, name)
         recipe = rules.recipe(TrainForm(**{**form, "text": form["text"] or ""}))
@@ -282,9 +282,9 @@ def test_the_same_seed_trains_the_same_model_in_any_session(train, ctx):
 
 def test_checkpoint_round_trip_into_another_session(trained):
     ctx, train, gen = trained
-    path = train.save_checkpoint("a")
+    path = train.checkpoints.save_checkpoint("a")
     assert path.endswith(".zip") and zipfile.is_zipfile(path)
-    shown = train.load_checkpoint(path, "b")
+    shown = train.checkpoints.load_checkpoint(path, "b")
     assert shown["status"].startswith("Loaded a 1-layer model with 2 heads") and "step 20" in shown["status"]
     assert [shown[k] for k in ("tokenizer", "stage", "n_layer", "n_head", "n_embd", "block_size")] == \
         ["char", "gpt", 1, 2, 16, 16]
@@ -300,9 +300,9 @@ def test_checkpoint_round_trip_into_another_session(trained):
 
 def test_an_uploaded_checkpoint_trains_on_exactly_as_the_session_that_saved_it(train, ctx):
     run_train(train, "x")
-    path = train.save_checkpoint("x")
+    path = train.checkpoints.save_checkpoint("x")
     assert "trainer.safetensors" in zipfile.ZipFile(path).namelist()
-    train.load_checkpoint(path, "y")
+    train.checkpoints.load_checkpoint(path, "y")
     for session in ("x", "y"):
         run_train(train, session, steps=25)
     x, y = ctx.registry.get("x"), ctx.registry.get("y")
@@ -316,12 +316,12 @@ def test_bad_checkpoints_are_refused_and_the_model_stays(trained, tmp_path):
     junk = tmp_path / "junk.zip"
     junk.write_bytes(b"not a zip at all")
     with pytest.raises(gr.Error, match="not a checkpoint folder or a valid .zip"):
-        train.load_checkpoint(str(junk), "a")
+        train.checkpoints.load_checkpoint(str(junk), "a")
     with pytest.raises(gr.Error, match="Choose a checkpoint"):
-        train.load_checkpoint(None, "a")
+        train.checkpoints.load_checkpoint(None, "a")
     assert ctx.registry.get("a").model is model
     with pytest.raises(gr.Error, match="no model to save"):
-        train.save_checkpoint("empty")
+        train.checkpoints.save_checkpoint("empty")
 
 
 def test_checkpoints_over_the_caps_are_refused(ctx, tmp_path):
@@ -333,7 +333,7 @@ def test_checkpoints_over_the_caps_are_refused(ctx, tmp_path):
     path = save_archive(tmp_path / "big.zip", GPT(GPTConfig(vocab_size=2, n_layer=4, n_head=1, n_embd=8, block_size=4)),
                         CharTokenizer("01"))
     with pytest.raises(gr.Error, match="layers must be at most 3.*--no-caps"):
-        TrainHandlers(ctx).load_checkpoint(str(path), "a")
+        TrainHandlers(ctx).checkpoints.load_checkpoint(str(path), "a")
     assert ctx.registry.get("a").model is None
 
 
@@ -455,11 +455,11 @@ def test_the_command_line_answers_help_before_importing_torch_or_gradio():
 
 
 def test_the_preset_description_follows_the_corpus(train):
-    assert train.describe_setup("repeat", "repeat").startswith("Random 8-letter words")
-    other = train.describe_setup("repeat", "shakespeare")
+    assert train.rules.describe_setup("repeat", "repeat").startswith("Random 8-letter words")
+    other = train.rules.describe_setup("repeat", "shakespeare")
     assert other.startswith("**Tiny Shakespeare** with the model and training settings of the *Copy task")
     assert "Random 8-letter" not in other
-    assert "Your own text" in train.describe_setup("repeat", "paste")
+    assert "Your own text" in train.rules.describe_setup("repeat", "paste")
 
 
 def test_the_heads_slider_follows_the_stage():
@@ -477,8 +477,8 @@ def test_the_layers_slider_follows_the_stage(train):
     assert early["interactive"] is False and "1 layer" in early["info"] and "value" not in early
     assert _layers_for_stage("gpt")["interactive"] is True
     # the stage's one layer wins over the slider's three: the preview counts one block
-    one, _ = train.preview(**{**FORM, "stage": "feed_forward", "n_layer": 1}, request="layers")
-    three, _ = train.preview(**{**FORM, "stage": "feed_forward", "n_layer": 3}, request="layers")
+    one, _ = train.run.preview(**{**FORM, "stage": "feed_forward", "n_layer": 1}, request="layers")
+    three, _ = train.run.preview(**{**FORM, "stage": "feed_forward", "n_layer": 3}, request="layers")
     assert one == three and one.startswith("**")
 
 
@@ -493,7 +493,7 @@ def test_an_uploaded_checkpoint_knows_its_task_from_the_app_or_the_command_line(
 
     path = save_archive(tmp_path / "task.zip", GPT(GPTConfig(vocab_size=12, block_size=8, n_layer=1, n_head=1,
                                                              n_embd=8)), CharTokenizer("\n0123456789="), meta)
-    TrainHandlers(ctx).load_checkpoint(str(path), "a")
+    TrainHandlers(ctx).checkpoints.load_checkpoint(str(path), "a")
     assert ctx.registry.get("a").trained.task is (CORPORA[task].task if task else None)
 
 
@@ -505,6 +505,6 @@ def test_a_loaded_bigram_is_called_a_bigram(ctx, tmp_path):
 
     path = save_archive(tmp_path / "bigram.zip", GPT(stage_config("bigram", vocab_size=2, n_layer=2, block_size=4,
                                                                   n_embd=8)), CharTokenizer("01"))
-    shown = TrainHandlers(ctx).load_checkpoint(str(path), "a")
+    shown = TrainHandlers(ctx).checkpoints.load_checkpoint(str(path), "a")
     assert shown["status"].startswith("Loaded a bigram model (") and "layer" not in shown["status"]
     assert shown["model_changed"].startswith("A bigram model,") and shown["stage"] == "bigram"

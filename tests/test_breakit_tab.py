@@ -27,11 +27,11 @@ def test_a_run_without_the_mask_trains_and_the_settings_name_the_change(train, c
     assert updates[-1][0].startswith("Done: 20 steps")
     config = ctx.registry.get("a").model.config
     assert (config.causal, config.scale_attention, config.use_position_embedding) == (False, True, True)
-    _, next_step = train.preview(**{**FORM, "steps": 40}, request="a")  # the form now has the mask back on
+    _, next_step = train.run.preview(**{**FORM, "steps": 40}, request="a")  # the form now has the mask back on
     assert "Causal mask off → on" in next_step and "New model" in next_step
     status = run_train(train, steps=40)[-1][0]  # Train does not continue a different model
     assert "Causal mask off → on" in status and ctx.registry.get("a").trained.step == 20
-    assert list(train.train_new(**{**FORM, "steps": 5}, request="a"))[-1][0].startswith("Done: 5 steps")
+    assert list(train.run.train_new(**{**FORM, "steps": 5}, request="a"))[-1][0].startswith("Done: 5 steps")
     assert ctx.registry.get("a").model.config.causal is True
 
 
@@ -39,12 +39,12 @@ def test_a_run_without_the_mask_trains_and_the_settings_name_the_change(train, c
 def test_the_switches_take_only_true_or_false(train, bad):
     for name, (label, _) in BREAK_IT.items():
         with pytest.raises(gr.Error, match=label.replace("√", ".")):
-            train.recipe(TrainForm(**{**FORM, name: bad}))
+            train.rules.recipe(TrainForm(**{**FORM, name: bad}))
 
 
 def test_a_switch_turns_a_part_off_on_top_of_the_stage_and_never_on(train):
     def config(**changes):
-        return train.recipe(TrainForm(**{**FORM, **changes})).configs(28)[0]
+        return train.rules.recipe(TrainForm(**{**FORM, **changes})).configs(28)[0]
 
     assert config(use_position_embedding=False).use_position_embedding is False
     assert config(scale_attention=False).scale_attention is False
@@ -53,16 +53,16 @@ def test_a_switch_turns_a_part_off_on_top_of_the_stage_and_never_on(train):
 
 def test_presets_show_every_switch_on(train):
     for preset in ("repeat", "shakespeare-char"):
-        form = train.apply_preset(preset)
+        form = train.rules.apply_preset(preset)
         assert all(form[name] is True for name in BREAK_IT)
 
 
 def test_a_loaded_checkpoint_sets_the_switches(train, ctx):
     run_train(train, "x", scale_attention=False, steps=5)
-    shown = train.load_checkpoint(train.save_checkpoint("x"), "y")
+    shown = train.checkpoints.load_checkpoint(train.checkpoints.save_checkpoint("x"), "y")
     assert (shown["causal"], shown["scale_attention"], shown["use_position_embedding"]) == (True, False, True)
     form = {**FORM, **{k: shown[k] for k in ("stage", *BREAK_IT)}, "steps": 10}
-    assert "continues your model" in train.preview(**form, request="y")[1]  # the form describes the upload
+    assert "continues your model" in train.run.preview(**form, request="y")[1]  # the form describes the upload
 
 
 # ---------------------------------------------------------------- the attention movie
@@ -86,9 +86,9 @@ def test_a_run_records_its_attention_and_replays_any_frame(train, ctx):
     for pattern in SCORED:
         strong = float(last[pattern].max()) >= STRONG_PATTERN
         assert (f"{pattern} L" in note) == strong and (shows is not None and pattern in shows.group(1)) != strong
-    figure = plotted(train.replay(steps[2] + 0.5, "a"))  # between two snapshots: the one before
+    figure = plotted(train.replay.replay(steps[2] + 0.5, "a"))  # between two snapshots: the one before
     assert f"at step {steps[2]}" in figure.layout.title.text and figure.data
-    assert train.movie_after_run("a") == {"maximum": 30, "value": 30, "__type__": "update"}
+    assert train.replay.movie_after_run("a") == {"maximum": 30, "value": 30, "__type__": "update"}
 
 
 def test_train_continues_the_movie_and_a_new_model_starts_one(train, ctx):
@@ -97,7 +97,7 @@ def test_train_continues_the_movie_and_a_new_model_starts_one(train, ctx):
     run_train(train, steps=20)
     assert ctx.registry.get("a").trained.movie is movie and movie.frames[-1].step == 20
     assert [f.step for f in movie.frames][0] == 1
-    list(train.train_new(**{**FORM, "steps": 5}, request="a"))
+    list(train.run.train_new(**{**FORM, "steps": 5}, request="a"))
     fresh = ctx.registry.get("a").trained.movie
     assert fresh is not movie and fresh.frames[0].step == 1 and fresh.frames[-1].step == 5
 
@@ -105,7 +105,7 @@ def test_train_continues_the_movie_and_a_new_model_starts_one(train, ctx):
 def test_the_attention_movie_endpoint_round_trips(train, ctx):
     run_train(train, steps=15)
     movie = ctx.registry.get("a").trained.movie
-    answer = json.loads(json.dumps(train.attention_movie("a")))  # plain JSON
+    answer = json.loads(json.dumps(train.replay.attention_movie("a")))  # plain JSON
     assert answer["steps"] == [frame.step for frame in movie.frames] and answer["recorded"] == len(movie.frames)
     assert len(answer["probe_tokens"]) == len(movie.probe_ids) and answer["max_bytes"] == movie.max_bytes
     last, frame = answer["frames"][-1], movie.frames[-1]
@@ -117,18 +117,18 @@ def test_the_attention_movie_endpoint_round_trips(train, ctx):
 
 def test_no_movie_is_a_clear_error(train, ctx):
     with pytest.raises(gr.Error, match="no attention movie yet"):
-        train.attention_movie("nobody")
+        train.replay.attention_movie("nobody")
     run_train(train, "b", stage="bigram", steps=3)  # no attention to record
     assert ctx.registry.get("b").trained.movie is None
     with pytest.raises(gr.Error, match="no attention movie yet"):
-        train.attention_movie("b")
+        train.replay.attention_movie("b")
     # the slider moves after any run: without a movie the replay says what to do, it raises nothing
-    assert train_tab.NO_REPLAY in plotted(train.replay(0, "b")).layout.annotations[0].text.replace("<br>", " ")
-    assert train.movie_after_run("b") == {"maximum": 1, "value": 0, "__type__": "update"}
-    _, playing, timer, label = train.advance(0, "b")  # a tick without a movie pauses the replay
+    assert train_tab.NO_REPLAY in plotted(train.replay.replay(0, "b")).layout.annotations[0].text.replace("<br>", " ")
+    assert train.replay.movie_after_run("b") == {"maximum": 1, "value": 0, "__type__": "update"}
+    _, playing, timer, label = train.replay.advance(0, "b")  # a tick without a movie pauses the replay
     assert (playing, timer.active, label) == (False, False, train_tab.PLAY)
     with pytest.raises(gr.Error, match="Replay step"):
-        train.replay("abc", "b")
+        train.replay.replay("abc", "b")
 
 
 def test_a_long_run_stays_under_the_movie_memory_cap(train, ctx, monkeypatch):
@@ -140,7 +140,7 @@ def test_a_long_run_stays_under_the_movie_memory_cap(train, ctx, monkeypatch):
     steps = [frame.step for frame in movie.frames]
     assert movie.nbytes <= movie.max_bytes == 12 * frame_bytes and movie.every > 1
     assert steps[0] == 1 and steps[-1] == 300 and steps == sorted(steps)
-    answer = train.attention_movie("a")
+    answer = train.replay.attention_movie("a")
     assert len(json.dumps(answer["frames"])) <= movie.max_bytes  # the endpoint keeps to the same cap
     assert answer["steps"][0] == 1 and answer["steps"][-1] == 300
 
@@ -185,19 +185,19 @@ def test_no_marker_without_an_induction_head():
 def test_play_steps_through_the_snapshots_and_pauses_at_the_end(train, ctx):
     run_train(train, steps=6)
     steps = [frame.step for frame in ctx.registry.get("a").trained.movie.frames]
-    playing, timer, label, start = train.play(False, steps[-1], "a")  # at the end: plays from the start
+    playing, timer, label, start = train.replay.play(False, steps[-1], "a")  # at the end: plays from the start
     assert (playing, timer.active, label, start) == (True, True, train_tab.PAUSE, 0)
     shown, step = [], 0
     while True:
-        step, *rest = train.advance(step, "a")
+        step, *rest = train.replay.advance(step, "a")
         if rest[0] is False:  # paused after the last snapshot
             assert rest[1].active is False and rest[2] == train_tab.PLAY
             break
         shown.append(step)
     assert shown == steps
-    assert train.play(True, 3, "a")[:3:2] == (False, train_tab.PLAY)  # Pause
+    assert train.replay.play(True, 3, "a")[:3:2] == (False, train_tab.PLAY)  # Pause
     with pytest.raises(gr.Error, match="no attention movie yet"):
-        train.play(False, 0, "nobody")
+        train.replay.play(False, 0, "nobody")
 
 
 def test_a_shared_link_carries_a_switch(train):
@@ -205,27 +205,27 @@ def test_a_shared_link_carries_a_switch(train):
 
     from playground.tabs.train import link as share
 
-    values = {**share.preset_values(train, "repeat"), "causal": False}
-    address = share.link("http://host/", values, share.View(), train)
+    values = {**share.preset_values(train.rules, "repeat"), "causal": False}
+    address = share.link("http://host/", values, share.View(), train.rules)
     assert ("causal", "0") in parse_qsl(urlsplit(address).query)  # only the switch that differs is written
-    setup = share.parse(parse_qsl(urlsplit(address).query), train)
+    setup = share.parse(parse_qsl(urlsplit(address).query), train.rules)
     assert setup.ignored == () and "causal" in setup.applied
-    assert train.recipe(TrainForm(**setup.values)).model["causal"] is False
-    assert "causal=false" not in address and share.parse([("causal", "false")], train).ignored  # refused, named
+    assert train.rules.recipe(TrainForm(**setup.values)).model["causal"] is False
+    assert "causal=false" not in address and share.parse([("causal", "false")], train.rules).ignored  # refused, named
 
 
 def test_the_movie_downloads_as_a_gif_and_a_loaded_checkpoint_clears_the_replay(train, ctx):
     from PIL import Image
 
     with pytest.raises(gr.Error, match="no attention movie yet"):
-        train.movie_gif("a")
+        train.replay.movie_gif("a")
     run_train(train, steps=30)
     frames = ctx.registry.get("a").trained.movie.frames
-    path = train.movie_gif("a")
+    path = train.replay.movie_gif("a")
     assert path.endswith("attention-movie-step30.gif") and ctx.registry.get("a").id in path  # the server's id
     with Image.open(path) as gif:
         assert gif.n_frames == len(frames)
-    shown = train.load_checkpoint(train.save_checkpoint("a"), "a")
+    shown = train.checkpoints.load_checkpoint(train.checkpoints.save_checkpoint("a"), "a")
     assert shown["movie_note"] == train_tab.NO_MOVIE  # not the old model's movie any more
     assert train_tab.NO_REPLAY in plotted(shown["movie_plot"]).layout.annotations[0].text.replace("<br>", " ")
     assert train_tab.NO_SCORES in plotted(shown["head_scores"]).layout.annotations[0].text.replace("<br>", " ")

@@ -118,8 +118,8 @@ def test_each_new_model_is_a_run_and_train_on_the_same_model_updates_it(train, c
     compare = CompareHandlers(ctx)
     run_train(train, steps=10)
     run_train(train, steps=20)  # continues the same model: the same run
-    list(train.train_new(**{**FORM, "steps": 10, "scale_attention": False}, request="a"))
-    list(train.train_new(**{**FORM, "steps": 10, "n_head": 1}, request="a"))
+    list(train.run.train_new(**{**FORM, "steps": 10, "scale_attention": False}, request="a"))
+    list(train.run.train_new(**{**FORM, "steps": 10, "n_head": 1}, request="a"))
     runs = ctx.registry.get("a").runs.records
     assert [(r.number, r.step) for r in runs] == [(1, 20), (2, 10), (3, 10)]
     assert runs[1].config.scale_attention is False and runs[2].config.n_head == 1
@@ -140,7 +140,7 @@ def test_each_new_model_is_a_run_and_train_on_the_same_model_updates_it(train, c
     assert [row[0] for row in table] == ["Run 1", "Run 3"] and len(attention.data) == 2 + 1
     assert table[0][1] == "2 heads" and table[1][1] == "1 head"
 
-    list(train.train_new(**{**FORM, "steps": 10, "n_layer": 2}, request="a"))  # a deeper run: shown at its last layer
+    list(train.run.train_new(**{**FORM, "steps": 10, "n_layer": 2}, request="a"))  # a deeper run: shown at its last layer
     choices, layer, _, attention, _ = compare.refresh("a")
     assert choices["value"] == [1, 2, 3, 4] and layer == gr.update(maximum=1, value=1, visible=True)
     assert "R1 shows its L0" in attention.layout.title.subtitle.text
@@ -150,7 +150,7 @@ def test_gpt_against_llama_style_names_todays_parts(train, ctx):
     # The llama-style preset's parts on the small form: the table names each part that differs.
     run_train(train, steps=10, n_head=4, n_embd=32)
     llama = dict(position="rope", norm="rmsnorm", activation="swiglu", n_kv_head=2)
-    list(train.train_new(**{**FORM, "steps": 10, "n_head": 4, "n_embd": 32, **llama}, request="a"))
+    list(train.run.train_new(**{**FORM, "steps": 10, "n_head": 4, "n_embd": 32, **llama}, request="a"))
     choices, _, loss, attention, table = CompareHandlers(ctx).refresh("a")
     assert table[0][1] == "positions learned, activation gelu, norm layernorm, no grouped key/value heads"
     assert table[1][1] == "positions rope, activation swiglu, norm rmsnorm, 2 grouped key/value heads"
@@ -162,7 +162,7 @@ def test_without_scaling_the_attention_entropy_is_lower(train, ctx):
     # Attention entropy is the table's last column: without √d the softmax saturates (issue 14).
     shape = dict(steps=60, n_embd=64, n_head=1, learning_rate=1e-2)
     run_train(train, **shape)
-    list(train.train_new(**{**FORM, **shape, "scale_attention": False}, request="a"))
+    list(train.run.train_new(**{**FORM, **shape, "scale_attention": False}, request="a"))
     *_, table = CompareHandlers(ctx).refresh("a")
     scaled, unscaled = table[0][-1], table[1][-1]
     assert unscaled < scaled

@@ -260,21 +260,21 @@ def test_the_checkpoint_panel_exports_the_sessions_model_as_a_zip(tmp_path):
     from playground.tabs.train import TrainHandlers
 
     train = TrainHandlers(make_ctx())
-    assert train.export_note("a") == (NO_MODEL_TO_EXPORT, gr.update(interactive=False))
+    assert train.checkpoints.export_note("a") == (NO_MODEL_TO_EXPORT, gr.update(interactive=False))
     with pytest.raises(gr.Error, match="no model to export"):
-        train.export_transformers("a")
+        train.checkpoints.export_transformers("a")
     run_train(train, "a")  # the copy task's default model: a bias on its LM head
     refused = "GPT2LMHeadModel cannot express this model's lm_head_bias=True.*Shakespeare, CPU recipe"
-    note, button = train.export_note("a")  # said beside the button, before any click
+    note, button = train.checkpoints.export_note("a")  # said beside the button, before any click
     assert re.search(refused, note) and button == gr.update(interactive=False)
     with pytest.raises(gr.Error, match=refused):  # and to a caller of the API
-        train.export_transformers("a")
+        train.checkpoints.export_transformers("a")
     hostile = "../" * 8 + str(tmp_path / "elsewhere")  # a session hash is only ever a key
     run_train(train, hostile, preset="shakespeare-char-cpu")  # nanoGPT's model: no biases, untied
-    assert train.export_note(hostile) == ("This model exports as transformers' `GPT2LMHeadModel`.",
+    assert train.checkpoints.export_note(hostile) == ("This model exports as transformers' `GPT2LMHeadModel`.",
                                           gr.update(interactive=True))
-    path = train.export_transformers(hostile)
-    session = train.registry.get(hostile)
+    path = train.checkpoints.export_transformers(hostile)
+    session = train.ctx.registry.get(hostile)
     assert path == str(train.scratch / session.id / "gpt-step20-transformers.zip")  # named by the server
     assert not (tmp_path / "elsewhere").exists()
     with zipfile.ZipFile(path) as archive:

@@ -18,33 +18,33 @@ def test_training_with_todays_parts_builds_them(train, ctx):
     assert (config.position, config.norm, config.activation, config.n_kv_head, config.window) == \
         ("rope", "rmsnorm", "swiglu", 1, 6)
     assert ctx.registry.get("a").model.position_embedding is None  # RoPE needs no table of positions
-    count, next_step = train.preview(**{**FORM, **LLAMA_PARTS, "steps": 40}, request="a")
+    count, next_step = train.run.preview(**{**FORM, **LLAMA_PARTS, "steps": 40}, request="a")
     assert "position embedding" not in count and "continues your model" in next_step
     assert "RMSNorms" in count and "LayerNorms" not in count
-    _, next_step = train.preview(**{**FORM, **LLAMA_PARTS, "window": 0, "steps": 40}, request="a")
+    _, next_step = train.run.preview(**{**FORM, **LLAMA_PARTS, "window": 0, "steps": 40}, request="a")
     assert "window 6 → off" in next_step and "New model" in next_step  # another part: another model
 
 
 def test_as_many_key_value_heads_as_query_heads_is_plain_attention(train):
-    recipe = train.recipe(TrainForm(**{**FORM, "n_kv_head": FORM["n_head"]}))
+    recipe = train.rules.recipe(TrainForm(**{**FORM, "n_kv_head": FORM["n_head"]}))
     assert recipe.model["n_kv_head"] is None
     assert recipe.configs(28)[0].kv_heads == FORM["n_head"]
 
 
 def test_the_llama_style_preset_fills_the_modern_parts(train):
-    form = train.apply_preset("llama-style")
+    form = train.rules.apply_preset("llama-style")
     assert {name: form[name] for name in MODERN} == dict(position="rope", norm="rmsnorm", activation="swiglu",
                                                           n_kv_head=2, window=0)
-    assert {name: train.apply_preset("shakespeare-char-cpu")[name] for name in MODERN} == dict(
+    assert {name: train.rules.apply_preset("shakespeare-char-cpu")[name] for name in MODERN} == dict(
         position="learned", norm="layernorm", activation="gelu", n_kv_head=0, window=0)
-    count, _ = train.preview(**{**FORM, **{k: v for k, v in form.items() if k in FORM}}, request="p")
+    count, _ = train.run.preview(**{**FORM, **{k: v for k, v in form.items() if k in FORM}}, request="p")
     assert "parameters" in count and "position embedding" not in count
 
 
 def test_a_loaded_checkpoint_shows_its_parts(train, ctx, tmp_path):
     config = GPTConfig(vocab_size=28, block_size=16, n_layer=1, n_head=2, n_embd=16, **LLAMA_PARTS)
     path = save_archive(tmp_path / "modern.zip", GPT(config), CharTokenizer("abcdefghijklmnopqrstuvwxyz|\n"))
-    shown = train.load_checkpoint(str(path), "m")
+    shown = train.checkpoints.load_checkpoint(str(path), "m")
     assert {name: shown[name] for name in MODERN} == LLAMA_PARTS
 
 

@@ -158,7 +158,7 @@ def test_training_and_loading_a_checkpoint_go_back_to_your_model(ctx, tmp_path):
 
     picker, train = ModelPicker(ctx), TrainHandlers(ctx)
     picker.use_model(GPT2, "alice")
-    updates = list(train.train(**{**FORM, "steps": 5}, request="alice"))
+    updates = list(train.run.train(**{**FORM, "steps": 5}, request="alice"))
     session = ctx.registry.get("alice")
     assert session.pretrained is None and session.reading is session.trained
     assert "trained 5 steps" in updates[-1][5]  # model_changed: the pickers follow your model again
@@ -166,7 +166,7 @@ def test_training_and_loading_a_checkpoint_go_back_to_your_model(ctx, tmp_path):
     picker.use_model(GPT2, "alice")
     path = save_archive(tmp_path / "tiny.zip", GPT(GPTConfig(vocab_size=2, block_size=4, n_layer=1, n_head=1, n_embd=8)),
                         CharTokenizer("01"))
-    train.load_checkpoint(str(path), "alice")
+    train.checkpoints.load_checkpoint(str(path), "alice")
     assert session.pretrained is None and session.reading is session.trained
 
 

@@ -342,7 +342,7 @@ def test_the_live_sample_comes_back_with_the_model(tmp_path):
                                         tabs=None, store=StateStore(str(tmp_path / "store"), 10**9)))
 
     before = handlers()
-    token = before.come_back(None, None, "tab-before")["token"]
-    shown = list(before.train(**FORM, request="tab-before"))[-1][3]
+    token = before.restore.come_back(None, None, "tab-before")["token"]
+    shown = list(before.run.train(**FORM, request="tab-before"))[-1][3]
     assert shown and before.ctx.store.writer.flush()
-    assert handlers().come_back(token, None, "tab-after")["sample"] == shown
+    assert handlers().restore.come_back(token, None, "tab-after")["sample"] == shown

@@ -39,9 +39,9 @@ def test_the_texts_show_each_task_with_right_answers(name):
 def test_the_default_lesson_copies_what_a_learner_types():
     ctx = AppContext(settings=Settings(), registry=SessionRegistry(10**9, 600), model_changed=None, tabs=None)
     train = TrainHandlers(ctx)
-    form = train.default_form()
+    form = train.rules.default_form()
     assert (form.preset, form.corpus, form.steps, form.seed) == ("repeat", "repeat", 250, 1337)
-    status = list(train.train(**dataclasses.asdict(form), request="learner"))[-1][0]
+    status = list(train.run.train(**dataclasses.asdict(form), request="learner"))[-1][0]
     assert status.startswith("Done: 250 steps")
 
     task, generate = CORPORA["repeat"].task, GenerateHandlers(ctx).generate

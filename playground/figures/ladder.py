@@ -10,10 +10,10 @@ import functools
 import json
 
 import plotly.graph_objects as go
-from gradio.components.plot import PlotData
 
 from playground.figures import PALETTE, wrapped
 from playground.figures.training import _finite  # JSON has no NaN: a missing estimate is a gap
+from playground.gradio_internals import PlotData, plotly_json
 
 # One colour per rung, in rung order (the ladder has seven, the palette eight; they go round past that).
 RUNG_COLORS = PALETTE
@@ -43,7 +43,7 @@ def ladder_figure(curves: list[tuple[str, list[tuple[int, float]], float | None]
                 hovertemplate=f"the lecture's figure for {label}: {lecture:.2f}<extra></extra>",
             ))
     layout = _layout_json(steps, empty=not curves)
-    return PlotData(type="plotly", plot=f'{{"data":{json.dumps(traces)},"layout":{layout}}}')
+    return plotly_json(f'{{"data":{json.dumps(traces)},"layout":{layout}}}')
 
 
 @functools.lru_cache(maxsize=16)

@@ -12,10 +12,10 @@ import math
 
 import plotly.graph_objects as go
 import torch
-from gradio.components.plot import PlotData
 
 from playground.figures import BLUE, GREEN, ORANGE, PALETTE, VERMILLION, note_figure, wrapped
 from playground.figures.attention import TOOLBAR_REMOVED
+from playground.gradio_internals import PlotData, plotly_json
 
 MAX_POINTS = 600  # per line: a long run stays a small payload at several updates a second
 TRAIN_COLOR, VAL_COLOR, ANSWER_COLOR = BLUE, ORANGE, GREEN
@@ -53,7 +53,7 @@ def loss_figure(history: list[dict], max_iters: int | None = None) -> PlotData:
         ))
     x_max = max(max_iters, history[-1]["step"] if history else 0) if max_iters else None
     layout = _layout_json(x_max, empty=not history)
-    return PlotData(type="plotly", plot=f'{{"data":{json.dumps(traces)},"layout":{layout}}}')
+    return plotly_json(f'{{"data":{json.dumps(traces)},"layout":{layout}}}')
 
 
 @functools.lru_cache(maxsize=64)
@@ -127,7 +127,7 @@ def head_scores_plot(curves: dict[str, tuple[list[int], torch.Tensor] | None], o
                 hovertemplate=f"L{layer} H{head}<br>step %{{x}}<br>{pattern} %{{y:.2f}}<extra></extra>",
             ))
     layout = _scores_layout_json(tuple(curves), tuple(curve is None for curve in curves.values()), onset)
-    return PlotData(type="plotly", plot=f'{{"data":{json.dumps(traces)},"layout":{layout}}}')
+    return plotly_json(f'{{"data":{json.dumps(traces)},"layout":{layout}}}')
 
 
 @functools.lru_cache(maxsize=64)
@@ -160,4 +160,4 @@ def _scores_layout_json(patterns: tuple[str, ...], missing: tuple[bool, ...], on
 @functools.lru_cache(maxsize=8)
 def note_plot(text: str) -> PlotData:
     """`note_figure` serialised once, for a stream that sends it with every update."""
-    return PlotData(type="plotly", plot=note_figure(text).to_json())
+    return plotly_json(note_figure(text).to_json())

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import gradio as gr
 import pandas as pd
@@ -37,7 +36,7 @@ from playground import validate
 from playground.context import AppContext
 from playground.figures.baby import chain_figure, comparison_figure
 from playground.figures.training import loss_figure
-from playground.sessions import training_bytes
+from playground.sessions import BabyState, training_bytes
 
 DEFAULTS = BabyConfig()
 # The baby stays a baby on a shared server: every step is one batch of the whole sequence, and
@@ -52,14 +51,6 @@ MAX_START_CHARS = 16
 FRAME_INTERVAL_S = 0.19
 MIN_ANIMATION_S = 1.2
 TEMPERATURE_RANGE = (0.05, 5.0)
-
-
-@dataclass
-class BabyState:
-    """A session's baby GPT (`session.baby`): its run and the last sampled walk on its chain."""
-
-    run: BabyRun
-    walk: list[int] | None = None
 
 
 class BabyHandlers:

@@ -18,7 +18,6 @@ import time
 import gradio as gr
 import pandas as pd
 import torch
-from gradio.components.plot import PlotData
 
 from core.data import DataError, TokenData, load_shakespeare
 from core.ladder import LECTURE_MODEL, LECTURE_TRAIN, RUNGS, SCHEDULES, Ladder, LadderEvent, ladder_configs, ladder_data
@@ -28,6 +27,7 @@ from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
 from playground.figures.ladder import ladder_figure
+from playground.gradio_internals import PlotData
 from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
 from playground.sessions import training_bytes
 

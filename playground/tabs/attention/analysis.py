@@ -14,7 +14,6 @@ import weakref
 
 import gradio as gr
 import torch
-from gradio.events import Dependency
 
 from core.attention import (
     PATTERNS, PROBE_HALF_MAX, PROBE_HALF_MIN, HeadSummary, attention_maps, head_view, induction_probe,
@@ -26,6 +25,7 @@ from core.tokenizers import token_labels
 from playground import validate
 from playground.context import AppContext
 from playground.figures import attention as figures
+from playground.gradio_internals import Dependency
 from playground.tabs.attention.common import Analysis, AttentionBase, Page, md, plot, reading_of
 
 EXAMPLES = [

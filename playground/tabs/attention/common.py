@@ -1,6 +1,7 @@
-"""What every section of the Attention tab shares: the session's analysis (`Analysis`), the base of
-every section's handlers (`AttentionBase`), and small helpers (the model read, a checkbox, a head's
-name, a Markdown-safe token, a plot with PNG and SVG buttons).
+"""What every section of the Attention tab shares: the base of every section's handlers (`AttentionBase`),
+which keeps the session's analysis (`Analysis`, declared with the session's state in `playground.sessions`),
+and small helpers (the model read, a checkbox, a head's name, a Markdown-safe token, a plot with PNG and
+SVG buttons).
 
 A section is one module with a `Handlers` class (a mixin of `AttentionBase`) and a `build` function;
 `layout` mixes every section's handlers into `AttentionHandlers` and lays the sections out.
@@ -14,46 +15,20 @@ import contextlib
 import re
 import shutil
 import tempfile
-import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
-import torch
-from gradio.events import Dependency
 
-from core.attention import HeadSummary
 from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
-from playground.sessions import Session, TrainedModel
+from playground.gradio_internals import Dependency
+from playground.sessions import Analysis, Session, TrainedModel
 
 STALE = "The model has changed since this analysis: press Analyse again first."
 FIGURE_FORMATS = ("png", "svg")
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """The last analysed text of a session, and what the tools below the heatmaps found in it."""
-
-    ids: list[int]
-    labels: list[str]  # readable token labels
-    maps: torch.Tensor  # (L, H, T, T) float16: half the memory a session keeps; ~4 significant digits
-    summaries: list[HeadSummary]
-    trained: weakref.ReferenceType  # the session's model then (weak: a replaced one must go)
-    step: int  # ... and its training step then
-    # the latest result of each tool, for the export: "steps" (HeadSteps), "knock_out" (a dict),
-    # "importance" ({mode: (L, H) tensor}), "lens" (LogitLens); and "intact", the continuation of
-    # the text with every head, the same for every knock-out of this analysis
-    results: dict = field(default_factory=dict)
-
-    def weights(self) -> torch.Tensor:
-        return self.maps.float()
-
-    def of(self, trained: TrainedModel | None) -> bool:
-        """Whether this analysis shows `trained` as it is now: the same model, trained no further."""
-        return trained is not None and self.trained() is trained and self.step == trained.step
 
 
 def reading_of(session: Session) -> TrainedModel:

@@ -2,7 +2,8 @@
 compare runs, save and load; its address can set it up (the teacher's link).
 
 A package of one module per part (see `layout`, which lays them out and wires them). The app
-builds the tab with `build(ctx)`; tests and benchmarks call `TrainHandlers(ctx)`'s methods.
+builds the tab with `build(ctx)`; tests and benchmarks call the handlers of `TrainHandlers(ctx)`'s
+parts (`.run.train`, `.replay.play`, `.checkpoints.load_checkpoint`, ...).
 Never imports another tab.
 """
 

@@ -3,8 +3,8 @@ while it fits the upload cap, so Train continues exactly), an uploaded .zip as t
 the model exported for Hugging Face `transformers` as a .zip (`core.export`, as `python -m core export`).
 
 The caps are checked on an upload's config before a byte of its weights is read (`core.checkpoint`).
-`CheckpointHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `registry` and the
-session's download folder.
+`CheckpointHandlers` is given the form's rules (the caps) and the session's download folder by
+`TrainHandlers` (`layout`); `restore` adopts a kept model through it, as an upload is adopted.
 Never imports the layout or the link.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from core.data import CORPORA, Task
 from core.export import refusal, target, to_transformers
 from core.presets import PRESETS, preset_configs
 from playground import validate
+from playground.context import AppContext
 from playground.figures import note_figure
 from playground.figures.training import loss_figure
 from playground.sessions import Session, TrainedModel, model_title, training_bytes
@@ -63,8 +64,11 @@ def export_refusal(config: GPTConfig) -> str | None:
             "`--set lm_head_bias=false` trains the others without it (the README lists which then export).")
 
 
-class CheckpointHandlers(FormRules):
+class CheckpointHandlers:
     """Prepare download (.zip) and the upload of a checkpoint."""
+
+    def __init__(self, ctx: AppContext, rules: FormRules, folder: Callable[[Session], Path]) -> None:
+        self.settings, self.registry, self.rules, self._folder = ctx.settings, ctx.registry, rules, folder
 
     def save_checkpoint(self, request: gr.Request) -> str:
         """The session's model as a .zip checkpoint to download."""
@@ -126,19 +130,19 @@ class CheckpointHandlers(FormRules):
             raise gr.Error("Choose a checkpoint .zip to upload.")
         path = upload_path(upload)
         with self.registry.job(request, "loading a checkpoint") as session:
-            meta = self._adopt(session, path, "an uploaded checkpoint")
+            meta = self.adopt(session, path, "an uploaded checkpoint")
         config = session.model.config
         status = (f"Loaded {model_title(config)} ({session.model.parameter_counts()['total']:,} parameters, "
                   f"step {session.trained.step}). Generate with it, inspect it, or pick its corpus and press Train to continue.")
-        return {"status": status, **self._shown_after_load(session, meta)}
+        return {"status": status, **self.shown_after_load(session, meta)}
 
-    def _adopt(self, session: Session, path: str, source: str) -> dict:
+    def adopt(self, session: Session, path: str, source: str) -> dict:
         """Make the checkpoint at `path` the session's model (under its job lock); its meta. `source`
         names it where the checkpoint names no corpus."""
         with validate.user_errors():
             # The caps are checked on the checkpoint's config before a byte of weights is read,
             # and every member is read with a bound that config implies.
-            model, tokenizer, meta = load_checkpoint_file(path, check_config=self.check_caps)
+            model, tokenizer, meta = load_checkpoint_file(path, check_config=self.rules.check_caps)
             resume_state = load_trainer_state(path, config=model.config, max_history=self.settings.max_iters)
         self.registry.claim_model(session, training_bytes(model.parameter_counts()["total"]))
         session.trained = TrainedModel(model.train(), tokenizer, meta.get("corpus") or source,
@@ -148,7 +152,7 @@ class CheckpointHandlers(FormRules):
         return meta
 
     @staticmethod
-    def _shown_after_load(session: Session, meta: dict) -> dict[str, Any]:
+    def shown_after_load(session: Session, meta: dict) -> dict[str, Any]:
         """The chart, the other tabs' signal and the model's form fields once a checkpoint is the model."""
         config = session.model.config
         return {

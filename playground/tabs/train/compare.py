@@ -108,7 +108,7 @@ def _as_json(record: RunRecord) -> dict:
     }
 
 
-def build(ctx: AppContext) -> tuple[CompareHandlers, list[gr.components.Component]]:
+def build(ctx: AppContext) -> tuple[CompareHandlers, list[gr.Component]]:
     """The Compare runs section; returns its handlers and the outputs of `refresh`, which the Train tab
     calls when a run ends."""
     handlers = CompareHandlers(ctx)

@@ -6,8 +6,8 @@
 - `FormRules`: the checks that read a form into a `Recipe` (what to train, on what, and how), the
   presets' forms, the preset's description, and the server's caps on a model's size.
 
-The tab's handlers (`TrainHandlers`) are `FormRules`; the teacher's link (`link`) reads forms with
-the same rules, so a link can set nothing the form would refuse.
+The tab's parts that read a form (the run, the checkpoints, the restore) are given one `FormRules`;
+the teacher's link (`link`) reads forms with the same rules, so a link can set nothing the form would refuse.
 
 Imports core, the app's settings and checks. Never imports another module of this tab: the run,
 the replay, the checkpoints, the link and the layout all build on this one.

@@ -1,14 +1,18 @@
 """The Train tab's layout: the form beside the live views, every event wired, and `TrainHandlers`,
-the one object whose methods are the tab's handlers (tests call them with a session id string
-instead of a gr.Request).
+which makes the tab's parts, each given what it depends on (tests call their handlers with a session id
+string instead of a gr.Request).
 
-The tab's parts, one module each:
-- `form`: the form declared once (`TrainForm`) and the rules that read it,
-- `run`: what Train will do, the training stream and its live views, Stop,
-- `replay`: the attention movie's replay, /attention_movie and its GIF,
-- `checkpoints`: download, upload, and the export for `transformers`,
-- `compare`: Compare runs,
-- `link`: the teacher's link (the page's address sets up the form).
+The tab's parts, one module each, and what each is given:
+- `form`: the form declared once (`TrainForm`) and the rules that read it (`FormRules`: the settings),
+- `checkpoints`: download, upload, and the export for `transformers` (`CheckpointHandlers`: the rules and
+  the session's download folder),
+- `restore`: a browser's model kept in the store and brought back (`RestoreHandlers`: the rules and the
+  checkpoints, whose upload a model coming back goes through),
+- `run`: what Train will do, the training stream and its live views, Stop (`RunHandlers`: the rules and the
+  restore's `keeper`, which saves a run's state as it goes),
+- `replay`: the attention movie's replay, /attention_movie and its GIF (`ReplayHandlers`: the download folder),
+- `compare`: Compare runs (its own section and handlers),
+- `link`: the teacher's link (the page's address sets up the form, by the rules).
 
 Public events: /train (streams; continues the session's model), /train_new (discards it first),
 /stop, /preset, /save_checkpoint, /load_checkpoint, /export_transformers, /attention_movie,
@@ -35,10 +39,10 @@ from playground.figures import note_figure
 from playground.figures.training import loss_figure
 from playground.sessions import Session
 from playground.tabs.train import compare, link
-from playground.tabs.train.checkpoints import NO_MODEL_TO_EXPORT
+from playground.tabs.train.checkpoints import NO_MODEL_TO_EXPORT, CheckpointHandlers
 from playground.tabs.train.form import (
     ACTIVATION_CHOICES, BREAK_IT, CORPUS_CHOICES, FORM_FIELDS, MODEL_FIELDS, MODERN, NORM_CHOICES, PASTE,
-    POSITION_CHOICES, TOKENIZER_CHOICES, UPLOAD, described_parts, heads_for_stage, layers_for_stage,
+    POSITION_CHOICES, TOKENIZER_CHOICES, UPLOAD, FormRules, described_parts, heads_for_stage, layers_for_stage,
     position_switch_label, stage_choices,
 )
 from playground.tabs.train.replay import NO_MOVIE, NO_REPLAY, NO_SCORES, PLAY, PLAY_INTERVAL_S, ReplayHandlers
@@ -46,32 +50,36 @@ from playground.tabs.train.restore import CARRY_NOTE, KEPT_FIELDS, SEEN_KEY, SEE
 from playground.tabs.train.run import NO_ATTENTION_YET, RunHandlers, progress_html
 
 
-class TrainHandlers(RunHandlers, ReplayHandlers, RestoreHandlers):
-    """The Train tab's event handlers; `request` is a gr.Request or, in tests, a session id."""
+class TrainHandlers:
+    """The Train tab's parts, made in the order of their dependencies; the wiring and the tests call each
+    part's handlers (`handlers.run.train`), where `request` is a gr.Request or, in tests, a session id."""
 
     def __init__(self, ctx: AppContext) -> None:
-        super().__init__(ctx.settings)
         self.ctx = ctx
-        self.registry = ctx.registry
         self.scratch = Path(tempfile.mkdtemp(prefix="attention-playground-"))  # checkpoints to download
         atexit.register(shutil.rmtree, self.scratch, ignore_errors=True)
+        self.rules = FormRules(ctx.settings)
+        self.checkpoints = CheckpointHandlers(ctx, self.rules, folder=self.folder)
+        self.restore = RestoreHandlers(ctx, self.rules, self.checkpoints)
+        self.run = RunHandlers(ctx, self.rules, keeper=self.restore.keeper)
+        self.replay = ReplayHandlers(ctx, folder=self.folder)
 
-    def _folder(self, session: Session) -> Path:
+    def folder(self, session: Session) -> Path:
         """The session's download folder, named by the server's id for it (never the client's hash)."""
         return self.scratch / session.id
 
     def free(self, session: Session) -> None:
-        shutil.rmtree(self._folder(session), ignore_errors=True)
+        shutil.rmtree(self.folder(session), ignore_errors=True)
 
 
 def build(ctx: AppContext) -> TrainHandlers:
     s = ctx.settings
     handlers = TrainHandlers(ctx)
     ctx.registry.on_free(handlers.free)
-    ctx.registry.keep_closed(handlers.unstored)  # with no store, a closed tab's model waits for its reload
+    ctx.registry.keep_closed(handlers.restore.unstored)  # with no store, a closed tab's model waits for its reload
     if ctx.store is not None:  # an idle model may leave memory for the store and come back on its owner's next call
-        ctx.registry.keep_aside(handlers.set_aside, handlers.bring_back)
-    start = handlers.default_form()
+        ctx.registry.keep_aside(handlers.restore.set_aside, handlers.restore.bring_back)
+    start = handlers.rules.default_form()
     form: dict[str, gr.Component] = {}  # TrainForm's fields, by name
     shown: dict[str, gr.Component] = {}  # what handlers set by name besides the form
     groups: dict[str, gr.Accordion] = {}  # the form's accordions, by link.GROUPS' names: a link may hide them
@@ -88,7 +96,7 @@ def build(ctx: AppContext) -> TrainHandlers:
         with gr.Column(scale=2, min_width=300, elem_id="train-settings"):
             form["preset"] = gr.Dropdown([(p.title, p.name) for p in PRESETS.values()], value=start.preset,
                                          label="Preset", info="A recipe for everything below; change any field after.")
-            shown["preset_info"] = gr.Markdown(handlers.describe_setup(start.preset, start.corpus),
+            shown["preset_info"] = gr.Markdown(handlers.rules.describe_setup(start.preset, start.corpus),
                                                elem_classes="preset-info", elem_id="preset-info")
             link_note = gr.Markdown(visible=False, elem_id="link-note")  # what the page's link set and ignored
             with gr.Accordion("Data", open=True) as groups["data"]:
@@ -243,12 +251,12 @@ def build(ctx: AppContext) -> TrainHandlers:
     cheap = dict(**ctx.cheap(), show_progress="hidden")
     preset_outputs = [shown["preset_info"]] + [form[name] for name in FORM_FIELDS if name != "preset"]
     # .input, not .change: a preset set by the page's link must not overwrite the link's own fields.
-    form["preset"].input(by_name(handlers.apply_preset), form["preset"], preset_outputs, api_name="preset", **cheap)
+    form["preset"].input(by_name(handlers.rules.apply_preset), form["preset"], preset_outputs, api_name="preset", **cheap)
     # The preview below follows these fields too: these run once per change ("multiple"), never deferred, since two
     # deferred listeners of one change keep re-sending it to each other (see AppContext.wire_followers).
     beside_preview = dict(**cheap, api_visibility="private", trigger_mode="multiple")
     form["corpus"].change(_show_corpus_inputs, form["corpus"], [form["text"], form["upload"]], **beside_preview)
-    form["corpus"].change(handlers.describe_setup, [form["preset"], form["corpus"]], shown["preset_info"],
+    form["corpus"].change(handlers.rules.describe_setup, [form["preset"], form["corpus"]], shown["preset_info"],
                           **beside_preview)
     # The stage and the position switch name the parts the model is built with (RMSNorm, RoPE).
     gr.on([form["norm"].change, form["position"].change], described_parts, [form["norm"], form["position"]],
@@ -263,33 +271,33 @@ def build(ctx: AppContext) -> TrainHandlers:
     # model coming back ask after them. (Not a follower of the model: one that ran while the run trained landed
     # after "Done" on a busy server, saying "Training now" until the next one.)
     gr.on([c.change for c in previewed] + [form["text"].blur, ctx.demo.load],
-          handlers.preview, inputs, [params, next_step], api_name="preview", api_visibility="private", **cheap)
+          handlers.run.preview, inputs, [params, next_step], api_name="preview", api_visibility="private", **cheap)
     training = dict(**ctx.heavy("train"))  # both buttons share one concurrency id: one limit for all trainings
     quiet = dict(**cheap, api_visibility="private")
-    for trained in (train_btn.click(handlers.train, inputs, live, api_name="train", **training),
-                    new_btn.click(handlers.train_new, inputs, live, api_name="train_new", **training)):
-        trained.then(handlers.movie_after_run, None, movie_step, **quiet)  # the replay shows the last snapshot
+    for trained in (train_btn.click(handlers.run.train, inputs, live, api_name="train", **training),
+                    new_btn.click(handlers.run.train_new, inputs, live, api_name="train_new", **training)):
+        trained.then(handlers.replay.movie_after_run, None, movie_step, **quiet)  # the replay shows the last snapshot
         trained.then(compare_handlers.refresh, None, compare_outputs, **quiet)  # the run is kept
-    movie_note.change(handlers.movie_range, None, movie_step, **quiet)  # a new snapshot: the slider reaches it
-    movie_step.change(handlers.replay, movie_step, movie_plot, api_name="attention_movie_frame",
+    movie_note.change(handlers.replay.movie_range, None, movie_step, **quiet)  # a new snapshot: the slider reaches it
+    movie_step.change(handlers.replay.replay, movie_step, movie_plot, api_name="attention_movie_frame",
                       trigger_mode="always_last", **cheap)
-    gr.api(handlers.attention_movie, api_name="attention_movie", **ctx.cheap())
-    play_btn.click(handlers.play, [playing, movie_step], [playing, ticks, play_btn, movie_step], **quiet)
-    ticks.tick(handlers.advance, movie_step, [movie_step, playing, ticks, play_btn], **quiet)
-    stop_btn.click(handlers.stop, None, status, api_name="stop", **cheap)
+    gr.api(handlers.replay.attention_movie, api_name="attention_movie", **ctx.cheap())
+    play_btn.click(handlers.replay.play, [playing, movie_step], [playing, ticks, play_btn, movie_step], **quiet)
+    ticks.tick(handlers.replay.advance, movie_step, [movie_step, playing, ticks, play_btn], **quiet)
+    stop_btn.click(handlers.run.stop, None, status, api_name="stop", **cheap)
     # One checkpoint at a time on the whole server: each briefly holds a model's bytes twice.
     one_at_a_time = dict(**ctx.heavy("checkpoint"), show_progress="minimal")
-    save_btn.click(handlers.save_checkpoint, None, checkpoint_file, api_name="save_checkpoint", **one_at_a_time)
-    ctx.follow_model(handlers.export_note, [], [export_note, export_btn])
-    export_btn.click(handlers.export_transformers, None, export_file, api_name="export_transformers", **one_at_a_time)
-    gif_btn.click(handlers.movie_gif, None, gif_file, api_name="attention_movie_gif", **one_at_a_time).success(
+    save_btn.click(handlers.checkpoints.save_checkpoint, None, checkpoint_file, api_name="save_checkpoint", **one_at_a_time)
+    ctx.follow_model(handlers.checkpoints.export_note, [], [export_note, export_btn])
+    export_btn.click(handlers.checkpoints.export_transformers, None, export_file, api_name="export_transformers", **one_at_a_time)
+    gif_btn.click(handlers.replay.movie_gif, None, gif_file, api_name="attention_movie_gif", **one_at_a_time).success(
         _shown, None, gif_file, **quiet)  # the file box appears once there is a file
     loaded_outputs = [shown[name] for name in ("status", "progress", "loss_plot", "model_changed", "movie_note",
                                                 "movie_plot", "head_scores", "tokenizer", "stage", *MODEL_FIELDS)]
-    checkpoint_upload.upload(by_name(handlers.load_checkpoint), checkpoint_upload, loaded_outputs,
+    checkpoint_upload.upload(by_name(handlers.checkpoints.load_checkpoint), checkpoint_upload, loaded_outputs,
                              api_name="load_checkpoint", **one_at_a_time).then(
-        handlers.preview, inputs, [params, next_step], **quiet)
-    opened = link.wire(ctx, handlers, form, groups, view=view, note_box=link_note, preset_info=shown["preset_info"],
+        handlers.run.preview, inputs, [params, next_step], **quiet)
+    opened = link.wire(ctx, handlers.rules, form, groups, view=view, note_box=link_note, preset_info=shown["preset_info"],
                        button=share_btn, link_box=share_link,
                        writers=[(form["preset"], preset_outputs), (checkpoint_upload, loaded_outputs)])
     # Coming back: after the link has set up the form, a model kept for this browser replaces it.
@@ -300,16 +308,16 @@ def build(ctx: AppContext) -> TrainHandlers:
                                          "movie_note", "movie_plot", "head_scores", "movie_step", "attention",
                                          *KEPT_FIELDS)]
     # ... then what Train will do is said again, with the form as it now is
-    opened.then(by_name(handlers.come_back), [shown["token"], shown["seen"]], restored, api_name="come_back",
+    opened.then(by_name(handlers.restore.come_back), [shown["token"], shown["seen"]], restored, api_name="come_back",
                 **quiet).then(
-        handlers.preview, inputs, [params, next_step], **quiet).then(
+        handlers.run.preview, inputs, [params, next_step], **quiet).then(
         compare_handlers.refresh, None, compare_outputs, **quiet)  # the runs kept with the model
     # A code from another browser brings its model as coming back does, and this browser keeps its token.
-    carry_btn.click(handlers.carry_code, None, carry_code, api_name="carry_code", **one_at_a_time).success(
+    carry_btn.click(handlers.restore.carry_code, None, carry_code, api_name="carry_code", **one_at_a_time).success(
         _shown, None, carry_code, **quiet)
-    take_btn.click(by_name(handlers.take_code), shown["carry_box"], restored + [shown["carry_box"]],
+    take_btn.click(by_name(handlers.restore.take_code), shown["carry_box"], restored + [shown["carry_box"]],
                    api_name="take_code", **one_at_a_time).success(
-        handlers.preview, inputs, [params, next_step], **quiet).then(
+        handlers.run.preview, inputs, [params, next_step], **quiet).then(
         compare_handlers.refresh, None, compare_outputs, **quiet)
     return handlers
 

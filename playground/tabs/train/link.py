@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 import gradio as gr
-from gradio.events import Dependency
 
 from core.presets import PRESETS, get_preset
 from playground import validate
 from playground.context import AppContext
+from playground.gradio_internals import Dependency, descendants
 from playground.tabs.train.form import DEFAULT_PRESET, FORM_FIELDS, PASTE, UPLOAD, FormRules, TrainForm
 
 # The form's groups, one per accordion of the Train tab, by its title (`wire` checks the layout).
@@ -268,13 +268,7 @@ def _check_layout(form: dict[str, gr.Component], groups: dict[str, gr.Accordion]
     if set(groups) != set(GROUPS):
         raise RuntimeError(f"the Train tab's accordions {sorted(groups)} do not match link.GROUPS {sorted(GROUPS)}")
     for group, fields in GROUPS.items():
-        inside = set(_descendants(groups[group]))
+        inside = set(descendants(groups[group]))
         found = {name for name, component in form.items() if component in inside}
         if found != set(fields):
             raise RuntimeError(f"link.GROUPS[{group!r}] does not match its accordion: {sorted(found ^ set(fields))}")
-
-
-def _descendants(block: gr.blocks.Block) -> Iterator[gr.blocks.Block]:
-    for child in getattr(block, "children", ()):
-        yield child
-        yield from _descendants(child)

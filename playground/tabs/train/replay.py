@@ -3,23 +3,27 @@ replay (a slider, Play and Pause), each head's pattern scores over training, /at
 JSON and the movie as a GIF to download.
 
 The run records the snapshots (`movie_for_run`, `snapshot_due`); the handlers here only read them.
-`ReplayHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `registry` and the
-session's download folder.
+`ReplayHandlers` is given the session's download folder (for the GIF) by `TrainHandlers` (`layout`).
 Never imports the run, the checkpoints or the layout: they build on the replay.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import gradio as gr
-from gradio.components.plot import PlotData
 
 from core.attention import STRONG_PATTERN, induction_heads, induction_verdict_scores
 from core.movie import INDUCTION, MOVIE_BYTES, AttentionMovie, evenly, induction_onset, movie_gif
 from core.tokenizers import Tokenizer, token_labels
 from core.train import Trainer
 from playground import validate
+from playground.context import AppContext
 from playground.figures.attention import replay_heatmap
 from playground.figures.training import head_scores_plot, note_plot
+from playground.gradio_internals import PlotData, plotly_json
+from playground.sessions import Session
 
 # The attention movie: a snapshot every max_iters // MOVIE_FRAMES steps (and at the last step), so a run
 # has up to about this many; past MOVIE_BYTES the movie keeps every other one and records half as often.
@@ -35,6 +39,9 @@ PLAY_INTERVAL_S = 0.4  # one snapshot after another: 80 snapshots play in about 
 class ReplayHandlers:
     """The replay's slider, Play and Pause, /attention_movie and the GIF."""
 
+    def __init__(self, ctx: AppContext, folder: Callable[[Session], Path]) -> None:
+        self.registry, self._folder = ctx.registry, folder
+
     def replay(self, step, request: gr.Request) -> PlotData:
         """The attention grid of the snapshot nearest to training `step`, at or before it (a note when
         the session's model has none: the slider also moves after a run without attention)."""
@@ -44,7 +51,7 @@ class ReplayHandlers:
             return note_plot(NO_REPLAY)
         frame = next((f for f in reversed(frames) if f.step <= step), frames[0])
         labels = token_labels(self._tokenizer_of(request), movie.probe_ids)
-        return PlotData(type="plotly", plot=replay_heatmap(frame.maps.float(), labels, frame.step).to_json())
+        return plotly_json(replay_heatmap(frame.maps.float(), labels, frame.step).to_json())
 
     def movie_range(self, request: gr.Request):
         """The replay slider spanning the recorded steps (while a run records more)."""

@@ -17,7 +17,8 @@ Memory only (no store, or one that cannot be written): tokens are made all the s
 model stays in memory a while (`SessionRegistry.keep_closed`), so a reload of the same browser gets it
 back as from the store (`SessionRegistry.reopen`); a restart of the server loses it.
 
-`RestoreHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `ctx`, `registry` and `_adopt`.
+`RestoreHandlers` is given the form's rules and the checkpoints (`adopt`: a kept model comes back as an upload
+does) by `TrainHandlers` (`layout`); the run is given its `keeper`.
 Never imports the layout or the link.
 """
 
@@ -32,17 +33,18 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
-from gradio.components.plot import PlotData
 
 from core.checkpoint import CheckpointError, Encoded, encode, load_kept
 from core.movie import encode_movie
 from core.runs import encode_runs
 from core.tokenizers import token_labels
+from playground.context import AppContext
 from playground.figures.attention import live_heatmap
+from playground.gradio_internals import plotly_json
 from playground.sessions import Session
 from playground.store import CODE_TTL_S, Tokens
 from playground.tabs.train.checkpoints import CheckpointHandlers, checkpoint_meta
-from playground.tabs.train.form import FORM_FIELDS, PASTE, Recipe, TrainForm
+from playground.tabs.train.form import FORM_FIELDS, PASTE, FormRules, Recipe, TrainForm
 from playground.tabs.train.replay import movie_note, scores_plot
 
 log = logging.getLogger("playground")
@@ -79,8 +81,12 @@ def kept_form(form: TrainForm, recipe: Recipe) -> dict[str, Any]:
     return values
 
 
-class RestoreHandlers(CheckpointHandlers):
+class RestoreHandlers:
     """Keep the session's state in the store as it trains; bring it back when its browser returns."""
+
+    def __init__(self, ctx: AppContext, rules: FormRules, checkpoints: CheckpointHandlers) -> None:
+        self.ctx, self.settings, self.registry = ctx, ctx.settings, ctx.registry
+        self.rules, self.checkpoints = rules, checkpoints
 
     @functools.cached_property
     def tokens(self) -> Tokens:
@@ -225,7 +231,7 @@ class RestoreHandlers(CheckpointHandlers):
 
     def _adopt_kept(self, session: Session, archive: Path) -> dict:
         """The store's archive as the session's model, with its form and compared runs; its meta."""
-        meta = self._adopt(session, str(archive), "your earlier model")
+        meta = self.checkpoints.adopt(session, str(archive), "your earlier model")
         session.kept_form, session.trained.sample = meta.get("form"), _kept_sample(meta)
         try:
             runs, session.trained.movie = load_kept(archive, session.model.config)  # Train goes on recording it
@@ -242,7 +248,7 @@ class RestoreHandlers(CheckpointHandlers):
     def _back_on_the_page(self, session: Session, meta: dict) -> dict[str, Any]:
         """What a model coming back shows, however it came (the store, memory, a code): the chart, the other
         tabs' signal and the model's fields, the movie, the kept form and the last live sample."""
-        return {**self._shown_after_load(session, meta), **_movie_shown(session),
+        return {**self.checkpoints.shown_after_load(session, meta), **_movie_shown(session),
                 **self._checked_form(meta.get("form")), "sample": session.trained.sample}
 
     def _checked_form(self, values: object) -> dict[str, Any]:
@@ -250,7 +256,7 @@ class RestoreHandlers(CheckpointHandlers):
         if not isinstance(values, dict) or set(values) != set(KEPT_FIELDS):
             return {}
         try:
-            self.recipe(TrainForm(**values))
+            self.rules.recipe(TrainForm(**values))
         except gr.Error:
             return {}
         return dict(values)
@@ -284,5 +290,5 @@ def _movie_shown(session: Session) -> dict[str, Any]:
              "movie_step": gr.update(maximum=last.step, value=last.step)}
     if last.step == session.trained.step:
         figure = live_heatmap(last.maps.float(), token_labels(session.tokenizer, movie.probe_ids))
-        shown["attention"] = PlotData(type="plotly", plot=figure.to_json())
+        shown["attention"] = plotly_json(figure.to_json())
     return shown

@@ -5,8 +5,8 @@ Every training takes round-robin turns with the others on the server (`core.sche
 the live views run the model too, so they take turns like steps and spend at most a share of the
 run's own compute (`VIEW_BUDGET`), refreshing less often on a crowded server.
 
-`RunHandlers` is mixed into `TrainHandlers` (`layout`), which gives it `ctx`, `settings`, `registry` and
-`keeper` (`restore`: what saves a run's state as it goes).
+`RunHandlers` is given the form's rules and a `keeper` (`restore`'s: what saves a run's state as it goes)
+by `TrainHandlers` (`layout`).
 Never imports the layout, the link or the checkpoints: they build on the run.
 """
 
@@ -20,7 +20,6 @@ from typing import Any
 
 import gradio as gr
 import torch
-from gradio.components.plot import PlotData
 
 from core.attention import probe_induction
 from core.config import GPTConfig, TrainConfig, stage_of
@@ -29,8 +28,10 @@ from core.model import GPT
 from core.tokenizers import Tokenizer, token_labels, tokenizer_from_spec
 from core.train import Trainer
 from playground import validate
+from playground.context import AppContext
 from playground.figures.attention import live_heatmap
 from playground.figures.training import loss_figure, note_plot
+from playground.gradio_internals import plotly_json
 from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
 from playground.sessions import Session, TrainedModel, listed, missing_parts, training_bytes
 from playground.tabs.train import compare
@@ -85,21 +86,26 @@ def _local_shakespeare() -> str:
     return load_shakespeare(download=False)
 
 
-class RunHandlers(FormRules):
+class RunHandlers:
     """Train, New model, Stop and the preview: the handlers of a run."""
+
+    def __init__(self, ctx: AppContext, rules: FormRules,
+                 keeper: Callable[[Session, TrainForm, Recipe], Callable[[], None]]) -> None:
+        self.ctx, self.registry, self.rules = ctx, ctx.registry, rules
+        self.keeper = keeper  # what a run of (session, form, recipe) calls to keep the session's state
 
     @takes_the_form
     def preview(self, form: TrainForm, request: gr.Request | str | None) -> tuple[str, str]:
         """(the parameter count of the model these settings describe, what Train will do with them),
         shown as the form changes: the second beside the buttons, before anything is pressed."""
         try:
-            recipe = self.recipe(form)
+            recipe = self.rules.recipe(form)
             text = recipe.text if recipe.text is not None else _corpus_vocab_text(recipe.corpus)
             if text is None and recipe.tokenizer == "char":
                 return "The parameter count appears once Tiny Shakespeare is downloaded (press **Train**).", ""
             tokenizer = default_tokenizer(recipe.tokenizer, text or "")
             config, _ = recipe.configs(tokenizer.vocab_size)
-            counts = self.check_size(config)
+            counts = self.rules.check_size(config)
         except (gr.Error, ValueError) as error:  # shown as it is typed, not as an error
             return f"⚠️ {error.message if isinstance(error, gr.Error) else error}", ""
         parts = ", ".join(f"{label} {count:,}" for label, count in _count_parts(counts, config.norm) if count)
@@ -134,7 +140,7 @@ class RunHandlers(FormRules):
         yield from self._train(form, request, new=True)
 
     def _train(self, form: TrainForm, request: gr.Request | str, new: bool):
-        recipe = self.recipe(form)
+        recipe = self.rules.recipe(form)
         with self.registry.job(request, "training") as session:
             session.stop_requested = False
             if recipe.corpus == "shakespeare" and _corpus_vocab_text("shakespeare") is None:
@@ -174,7 +180,7 @@ class RunHandlers(FormRules):
         trained = session.trained
         if trained is not None:
             config = trained.model.config
-        n_params = self.check_size(config)["total"]
+        n_params = self.rules.check_size(config)["total"]
         if trained is None:
             self.registry.claim_model(session, training_bytes(n_params))
         with validate.user_errors():
@@ -277,7 +283,7 @@ class RunHandlers(FormRules):
         if not per_layer:
             return note_plot("This stage has no attention yet: its tokens cannot look at each other.")
         figure = live_heatmap(torch.stack(per_layer), token_labels(trainer.tokenizer, trainer.probe_ids))
-        return PlotData(type="plotly", plot=figure.to_json())  # serialised once, though sent with every update
+        return plotly_json(figure.to_json())  # serialised once, though sent with every update
 
     def _update(self, session: Session, *, status: str, event=None, sample=gr.skip(), attention=gr.skip(),
                 model_changed=gr.skip(), movie_note=gr.skip(), scores=gr.skip(), next_step=gr.skip()) -> tuple:
