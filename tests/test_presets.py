@@ -86,7 +86,7 @@ def train_induction_task(name: str, steps: int) -> tuple[GPT, dict, object]:
     data = TokenData.from_text(text, tokenizer, model_config.block_size, answer_after=CORPORA["induction"].answer_after)
     model = GPT(model_config, generator=torch.Generator().manual_seed(train.seed))
     trainer = Trainer(model, data, train)
-    assert trainer._counted == data.answer_tokens  # every window holds an answer: the loss counts answers only
+    assert trainer.counted == data.answer_tokens  # every window holds an answer: the loss counts answers only
     scored = {event.step: event for event in trainer.run(until=steps) if event.answer_accuracy is not None}
     return model.eval(), scored, tokenizer
 
