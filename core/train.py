@@ -1,6 +1,7 @@
 """The training loop: a stoppable, resumable run of optimizer steps that streams one event per step.
 
-    trainer = Trainer(model, data, TrainConfig(max_iters=500), observers=standard(config, tokenizer=tok))
+    config = TrainConfig(max_iters=500)
+    trainer = Trainer(model, data, config, observers=standard(config, tokenizer=tok))  # core.observers
     for event in trainer.run():          # a generator: the caller decides when to look
         print(event.step, event.train_loss, event.eta)
     trainer.stop()                       # from any thread: ends run() after the current step
