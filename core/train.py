@@ -20,7 +20,10 @@ then the guard, the step count, the evaluation when due, the history row and the
 `gradient_step` unless the constructor is given another (`update=`), with the same contract: leave the
 model one optimizer step further on the batch at that learning rate and return the batch's loss and
 the gradient norm as floats. A way of stepping several models at once (a stacked, vmapped step for a
-group) plugs in there, and the loop around it stays this one.
+group of learners, each with its own Trainer running in its own thread, as the app runs them) plugs in
+there: each member's `update` hands its batch and learning rate to the group and returns its own loss
+and norm once the group's one step is taken, while each trainer keeps this loop (its schedule position,
+guard, evaluations, history and events).
 
 AdamW (decay on matrices only), linear warmup + cosine decay, gradient clipping.
 Batches come from the trainer's own seeded generators, so the same seed, config and data
@@ -130,7 +133,7 @@ class Observer:
 
 # The replaceable part of a step: (trainer, inputs, targets, learning rate) -> (loss, gradient norm), the
 # model one optimizer step further (Trainer.gradient_step is the default; see the module docstring).
-Update = Callable[["Trainer", torch.Tensor, torch.Tensor, float], tuple[float, float]]
+UpdateFn = Callable[["Trainer", torch.Tensor, torch.Tensor, float], tuple[float, float]]
 
 
 class Trainer:
@@ -144,7 +147,7 @@ class Trainer:
         *,
         observers: Sequence[Observer] = (),
         processes: Processes = SINGLE,
-        update: Update | None = None,
+        update: UpdateFn | None = None,
     ) -> None:
         self.config = config
         self.observers = list(observers)
