@@ -17,8 +17,8 @@ sample or a snapshot takes its turn like a step; a caller that samples between s
 clock) takes a turn of the share itself. Samples draw from their own generator, seeded from the config
 and the step: nothing here draws from torch's global RNG.
 
-Imports the training loop (core.train), attention, data, sample and schedule. Never imports gradio, plotly or
-`playground`.
+Imports the loop it watches (core.train), attention, data, sample and schedule; core.train never imports this.
+Never imports gradio, plotly or `playground`.
 """
 
 from __future__ import annotations

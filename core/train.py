@@ -152,7 +152,7 @@ class Trainer:
         self.config = config
         self.observers = list(observers)
         self.processes = processes
-        self.update = update or Trainer.gradient_step
+        self.update = update or type(self).gradient_step
         self.device = processes.device(config.device)
         self.model = model.to(self.device)
         block_size = model.config.block_size
