@@ -60,7 +60,7 @@ def due(every: int, event: TrainEvent) -> bool:
 
 
 def default_probe(trainer: Trainer) -> list[int]:
-    """The probe prompt when none is given: the first PROBE_TOKENS tokens of the validation split (at most a context)."""
+    """The probe prompt when none is given: the validation split's first PROBE_TOKENS tokens (at most a context)."""
     return trainer.val_data[: min(PROBE_TOKENS, trainer.model.config.block_size)].tolist()
 
 

@@ -100,7 +100,8 @@ class AppContext:
         if self.gpu is not None and n_params >= self.settings.gpu_min_params:
             route = [ZeroGPU(data, config, gpu=self.gpu, turns=self.gpu_turns, chunk_s=self.settings.zero_gpu_chunk_s)]
         config = dataclasses.replace(config, device=self.training_device(n_params))
-        return Trainer(model, data, config, observers=[*route, *standard(config, tokenizer=tokenizer, share=self.share)])
+        observers = [*route, *standard(config, tokenizer=tokenizer, share=self.share)]
+        return Trainer(model, data, config, observers=observers)
 
     @staticmethod
     def cheap() -> dict:

@@ -35,7 +35,8 @@ Elsewhere (no `spaces` package, or not on ZeroGPU) `zero_gpu()` is None and the 
 `@spaces.GPU` is a no-op there. The `spaces` package itself is never needed: tests run `train_chunk`
 in-process and through a stand-in that forks like its worker does.
 
-Imports core's model, training loop and observers, and gradio for its error type (what `spaces` raises). Never imports a tab.
+Imports core's model, training loop and observers, and gradio for its error type (what `spaces` raises).
+Never imports a tab.
 """
 
 from __future__ import annotations

@@ -302,7 +302,8 @@ def copy_task():
     model = GPT(config, generator=torch.Generator().manual_seed(train_config.seed))
     data = TokenData.from_text(text, tokenizer, config.block_size, answer_after=CORPORA["repeat"].answer_after)
     trainer, snapshots = Trainer(model, data, train_config, observers=standard(train_config)), AttentionProbe()
-    movie = AttentionMovie(snapshots.probe_ids(trainer), every=train_config.max_iters // MOVIE_FRAMES)  # as the Train tab
+    every = train_config.max_iters // MOVIE_FRAMES  # as the Train tab records
+    movie = AttentionMovie(snapshots.probe_ids(trainer), every=every)
     for event in trainer.run():
         if movie.wants(event.step) or event.done:
             probe = probe_induction(trainer.model) if movie.probe_due(event.done) else None

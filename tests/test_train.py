@@ -130,7 +130,7 @@ def test_same_seed_same_curve_and_global_rng_untouched():
 
 
 def test_training_does_not_consume_the_global_rng():
-    trainer = tiny_trainer(tiny_model(dropout=0.1))
+    trainer = tiny_trainer(tiny_model(dropout=0.1), sample_interval=2, attention_interval=2)  # observers too
     before = torch.get_rng_state()
     list(trainer.run())
     assert torch.equal(torch.get_rng_state(), before)

@@ -29,7 +29,7 @@ from core.model import GPT
 from core.observers import AttentionProbe, Samples
 from core.tokenizers import Tokenizer, token_labels, tokenizer_from_spec
 from core.train import Trainer
-from playground import validate
+from playground import validate, zerogpu
 from playground.figures.attention import live_heatmap
 from playground.figures.training import loss_figure, note_plot
 from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
@@ -39,7 +39,6 @@ from playground.tabs.train.form import (
     BREAK_IT, MODEL_FIELDS, NORM_NAMES, FormRules, Recipe, TrainForm, takes_the_form,
 )
 from playground.tabs.train.replay import NO_SCORES, movie_for_run, movie_note, scores_plot, snapshot_due
-from playground import zerogpu
 
 # Live samples and attention maps run the model (a 120-token sample costs as much as several
 # steps): each run spends at most this fraction of its training's own compute time on them (less
