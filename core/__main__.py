@@ -29,9 +29,11 @@ from core.data import CORPORA, TokenData, default_tokenizer, load_shakespeare, r
 from core.export import push_to_hub, target, to_transformers
 from core.ladder import DEFAULT_STEPS, RUNGS, SCHEDULES, Ladder
 from core.model import GPT
+from core.observers import standard
 from core.pretrained import PretrainedUnavailable, load_gpt2
 from core.presets import PRESETS, get_preset, preset_configs, preset_corpus
 from core.sample import stream
+from core.tokenizers import Tokenizer
 from core.train import TrainEvent, Trainer
 
 BAR_WIDTH = 24
@@ -217,10 +219,12 @@ def train(args: argparse.Namespace) -> int:
             "train_config": train_config.to_dict()}
     with distributed.joined(train_config.device) as processes:
         # The trainer lives in the call alone: under DDP it must be gone when the block ends (see joined)
-        return _train(Trainer(model, data, train_config, tokenizer=tokenizer, processes=processes), state, out, meta)
+        trainer = Trainer(model, data, train_config, observers=standard(train_config, tokenizer=tokenizer),
+                          processes=processes)
+        return _train(trainer, tokenizer, state, out, meta)
 
 
-def _train(trainer: Trainer, state: dict | None, out: Path, meta: dict) -> int:
+def _train(trainer: Trainer, tokenizer: Tokenizer, state: dict | None, out: Path, meta: dict) -> int:
     """Go on from `state` (if any) and train: in process 0 (or the only one), with progress and checkpoints."""
     if state is not None:
         trainer.load_state_dict(state)
@@ -239,7 +243,7 @@ def _train(trainer: Trainer, state: dict | None, out: Path, meta: dict) -> int:
     print(f"{meta['preset']}: {trainer.model.parameter_counts()['total']:,} parameters, "
           f"{len(trainer.train_data):,} training tokens, device {trainer.device}, {torch.get_num_threads()} CPU threads"
           + (f", resuming at step {trainer.step}" if state is not None else ""), file=sys.stderr)
-    return _train_and_report(trainer, out, meta)
+    return _train_and_report(trainer, tokenizer, out, meta)
 
 
 def _train_alongside(trainer: Trainer) -> int:
@@ -252,7 +256,7 @@ def _train_alongside(trainer: Trainer) -> int:
     return 1 if event is not None and event.error else 0
 
 
-def _train_and_report(trainer: Trainer, out: Path, meta: dict) -> int:
+def _train_and_report(trainer: Trainer, tokenizer: Tokenizer, out: Path, meta: dict) -> int:
     """Run the training, printing progress and saving a checkpoint at every evaluation and at the end."""
     first_step = trainer.step
     interactive = sys.stderr.isatty()
@@ -272,7 +276,7 @@ def _train_and_report(trainer: Trainer, out: Path, meta: dict) -> int:
                 print("\r" + _progress(event, val_loss), end="", file=sys.stderr, flush=True)
             if event.val_loss is not None:
                 print(("\r" if interactive else "") + _progress(event, val_loss), file=sys.stderr, flush=True)
-                _save(out, trainer, meta, val_loss)  # a crash loses at most one interval
+                _save(out, trainer, tokenizer, meta, val_loss)  # a crash loses at most one interval
     except KeyboardInterrupt:
         print("\ninterrupted: saving the weights learned so far", file=sys.stderr)
     if interactive:
@@ -282,7 +286,7 @@ def _train_and_report(trainer: Trainer, out: Path, meta: dict) -> int:
         print(event.error, file=sys.stderr)
 
     wall = time.perf_counter() - started
-    _save(out, trainer, meta, val_loss)
+    _save(out, trainer, tokenizer, meta, val_loss)
     median = statistics.median(step_times) if step_times else float("nan")
     tokens = trainer.config.batch_size * trainer.model.config.block_size
     print(
@@ -313,9 +317,9 @@ def _resumed_config(meta: dict, overrides: dict) -> TrainConfig:
     return TrainConfig(**{**saved, **overrides})
 
 
-def _save(out: Path, trainer: Trainer, meta: dict, val_loss: float | None) -> None:
+def _save(out: Path, trainer: Trainer, tokenizer: Tokenizer, meta: dict, val_loss: float | None) -> None:
     meta = {**meta, "step": trainer.step, "val_loss": val_loss}
-    checkpoint.save(out, trainer.model, trainer.tokenizer, meta, trainer_state=trainer.state_dict())
+    checkpoint.save(out, trainer.model, tokenizer, meta, trainer_state=trainer.state_dict())
 
 
 # ---------------------------------------------------------------- sample

@@ -28,6 +28,7 @@ import torch
 from core.config import LLAMA_PARTS, STAGES, GPTConfig, Stage, TrainConfig
 from core.data import TokenData, default_tokenizer
 from core.model import GPT
+from core.observers import standard
 from core.schedule import FairShare
 from core.tokenizers import Tokenizer
 from core.train import TrainEvent, Trainer
@@ -163,7 +164,8 @@ class Ladder:
     def _train_rung(self, index: int, stage: str) -> Iterator[LadderEvent]:
         model_config, train_config = self.configs(stage)
         model = GPT(model_config, generator=torch.Generator().manual_seed(self.seed))
-        self._trainer = trainer = Trainer(model, self.data, train_config, share=self.share)
+        observers = standard(train_config, share=self.share)
+        self._trainer = trainer = Trainer(model, self.data, train_config, observers=observers)
         if self._stop.is_set():  # Stop came while the model was being built
             trainer.stop()
         curve: list[tuple[int, float]] = []

@@ -2,10 +2,11 @@
 memory; each head's pattern scores at every snapshot; the moment an induction head forms.
 
     movie = AttentionMovie(probe_ids, max_bytes=2 * 2**20)
+    snapshots = AttentionProbe(ids=probe_ids)  # core.observers
     for event in trainer.run():
         if not event.done and movie.wants(event.step):
             probe = probe_induction(trainer.model) if movie.probe_due(event.done) else None
-            movie.add(event.step, trainer.probe_attention(), probe)
+            movie.add(event.step, snapshots.attention(trainer), probe)
     movie.frames[-1].maps                  # (L, H, T, T) float16, the last snapshot
     steps, previous = movie.score_curve("previous-token")   # (F,) steps and (F, L, H) scores on the probe text
     steps, induction = movie.induction_curve()  # (F, L, H) each head's induction verdict's score

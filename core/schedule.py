@@ -1,7 +1,7 @@
 """Fair turns: many trainings share a few cores step by step, round-robin.
 
     share = FairShare(slots=2)              # as many steps at once as the cores allow
-    trainer = Trainer(model, data, config, share=share)
+    trainer = Trainer(model, data, config, observers=[Turns(share)])   # core.observers.Turns
     for event in trainer.run(): ...         # each step waits for its turn
 
 Every training thread asks for a turn before each step. Turns are granted first come, first

@@ -1,9 +1,29 @@
-"""The training engine: a stoppable, resumable loop that streams one event per step.
+"""The training loop: a stoppable, resumable run of optimizer steps that streams one event per step.
 
-    trainer = Trainer(model, data, TrainConfig(max_iters=500), tokenizer=tok)
+    config = TrainConfig(max_iters=500)
+    trainer = Trainer(model, data, config, observers=standard(config, tokenizer=tok))  # core.observers
     for event in trainer.run():          # a generator: the caller decides when to look
-        print(event.step, event.train_loss)
+        print(event.step, event.train_loss, event.eta)
     trainer.stop()                       # from any thread: ends run() after the current step
+
+The loop is the steps, the evaluations (validation loss every `eval_interval` steps and on the last
+one), resuming (`state_dict` / `load_state_dict`), the divergence guard, and DDP with gradient
+accumulation as the steps need them. Everything else watches it: observers (`Observer`, the ones the
+project uses are in `core.observers`) pace each step (turns of a shared server), and add to each
+step's event within that turn (answer scores, live samples, attention maps, tokens/s and the time left).
+
+Each step is one call of `train_step()` (public: a caller may step the trainer itself; run() is that
+call in a loop, with the observers' turns around it and stop between steps). A step is:
+    x, y = trainer.batch()                             # the next batch, from the trainer's generator
+    loss, grad_norm = trainer.update(trainer, x, y, lr)  # the replaceable part: one optimizer step
+then the guard, the step count, the evaluation when due, the history row and the observers. `update` is
+`gradient_step` unless the constructor is given another (`update=`), with the same contract: leave the
+model one optimizer step further on the batch at that learning rate and return the batch's loss and
+the gradient norm as floats. A way of stepping several models at once (a stacked, vmapped step for a
+group of learners, each with its own Trainer running in its own thread, as the app runs them) plugs in
+there: each member's `update` hands its batch and learning rate to the group and returns its own loss
+and norm once the group's one step is taken, while each trainer keeps this loop (its schedule position,
+guard, evaluations, history and events).
 
 AdamW (decay on matrices only), linear warmup + cosine decay, gradient clipping.
 Batches come from the trainer's own seeded generators, so the same seed, config and data
@@ -22,16 +42,13 @@ process would take on the whole batch and stay equal (weights, optimizer, random
 so any one of them can save them all. Their dropout differs: a seed drawn from the shared state, plus
 the rank. Evaluation is split between them and reduced: every process gets the same loss.
 
-Sharing the CPU: trainings of one process given the same `core.schedule.FairShare` take turns
-step by step, round-robin, so many of them advance together (a workshop server); the time spent
-waiting for turns counts in the ETA.
-
-Divergence guard: before every update the loss and the gradient norm are checked. A
-non-finite value, or a training loss far above that of guessing uniformly, ends training with a
-message; the weights go back to the last good ones (those at the start of the run or at the
+Divergence guard: after every update the loss and the gradient norm are checked. A non-finite
+value, or a training loss far above that of guessing uniformly, ends training with a message; the
+weights go back to the last good ones (those at the start of the run, of a loaded state, or at the
 latest evaluation with a sound validation loss, see `Trainer._sound`), and AdamW starts afresh.
 
-Never imports checkpoints (the CLI saves them; a training state is a plain dict here), gradio, plotly or `playground`.
+Never imports its observers (`core.observers` imports this), checkpoints (the CLI saves them; a training
+state is a plain dict here), gradio, plotly or `playground`.
 """
 
 from __future__ import annotations
@@ -41,25 +58,18 @@ import copy
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
-from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from core.attention import attention_maps
-from core.data import TokenData, answer_mask, every_window_has_an_answer, get_batch
 from core.config import TrainConfig
+from core.data import TokenData, every_window_has_an_answer, get_batch
 from core.device import autocast_dtype
 from core.distributed import SINGLE, Processes, seeded
 from core.model import GPT
 from core.optim import configure_optimizer, learning_rate_at
-from core.sample import answer_questions, generate
-from core.schedule import FairShare
-from core.tokenizers import Tokenizer
-
-PROBE_TOKENS = 32  # length of the default attention probe (the start of the validation split)
 
 
 @dataclass
@@ -71,20 +81,59 @@ class TrainEvent:
     train_loss: float
     val_loss: float | None  # set on evaluation steps only (and always on the last step)
     lr: float
-    tokens_per_sec: float  # smoothed
-    elapsed: float  # seconds of training so far (across runs)
-    eta: float  # seconds left, estimated
-    sample: str | None = None  # decoded fresh sample, on sample steps (needs a tokenizer)
-    attention: list[torch.Tensor] | None = None  # per layer (H, T, T) for the probe prompt
+    tokens_per_sec: float = 0.0  # smoothed (core.observers.Timing)
+    elapsed: float = 0.0  # seconds of training so far (across runs)
+    eta: float = 0.0  # seconds left, estimated (core.observers.Timing)
+    sample: str | None = None  # decoded fresh sample, on sample steps (core.observers.Samples)
+    attention: list[torch.Tensor] | None = None  # per layer (H, T, T) for the probe (core.observers.AttentionProbe)
     probe_ids: list[int] | None = None
     # On evaluation steps of a task corpus (TokenData.answer_tokens): loss and greedy accuracy on the
     # answer halves of validation lines, the part a model can learn; the random questions set a
-    # floor under the whole-line loss that these do not have.
+    # floor under the whole-line loss that these do not have (core.observers.AnswerScore).
     answer_loss: float | None = None
     answer_accuracy: float | None = None
     done: bool = False
     stopped: bool = False
     error: str | None = None  # divergence message (weights restored to the last good ones)
+
+
+@dataclass
+class StepTimes:
+    """The clock of the step being taken, for observers that time it (`time.perf_counter()` seconds)."""
+
+    waited: float = 0.0  # how long it waited for its turn (the observers' `turn`s; 0 outside run())
+    began: float = 0.0  # when its update began
+    updated: float = 0.0  # when its update (forward, backward, optimizer) ended
+
+
+class Observer:
+    """Watches a Trainer's runs; every hook does nothing unless a subclass says otherwise.
+
+    Hooks are called in the order of the trainer's `observers`: an observer that times the others'
+    work goes last (core.observers.Timing).
+    """
+
+    def running(self, trainer: Trainer) -> contextlib.AbstractContextManager:
+        """Entered around each run() (a shared server counts the trainings taking part)."""
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def turn(self, trainer: Trainer, first: bool) -> Iterator[bool]:
+        """Held around each step of run() and its observers' work; yield False to end the run before
+        the step (a stop came while waiting). `first`: the run's first step."""
+        yield True
+
+    def on_step(self, trainer: Trainer, event: TrainEvent) -> None:
+        """After a step's update and evaluation, within its turn (not after a divergence): may add to
+        the event, and to the step's row of `trainer.history`."""
+
+    def on_stop(self, trainer: Trainer) -> None:
+        """stop() was called, from any thread: let a wait for a turn end now."""
+
+
+# The replaceable part of a step: (trainer, inputs, targets, learning rate) -> (loss, gradient norm), the
+# model one optimizer step further (Trainer.gradient_step is the default; see the module docstring).
+UpdateFn = Callable[["Trainer", torch.Tensor, torch.Tensor, float], tuple[float, float]]
 
 
 class Trainer:
@@ -96,17 +145,16 @@ class Trainer:
         data: TokenData,
         config: TrainConfig,
         *,
-        tokenizer: Tokenizer | None = None,
-        probe_text: str | None = None,
-        share: FairShare | None = None,
+        observers: Sequence[Observer] = (),
         processes: Processes = SINGLE,
+        update: UpdateFn | None = None,
     ) -> None:
         self.config = config
-        self.share = share
+        self.observers = list(observers)
         self.processes = processes
+        self.update = update or type(self).gradient_step
         self.device = processes.device(config.device)
         self.model = model.to(self.device)
-        self.tokenizer = tokenizer
         block_size = model.config.block_size
         if min(len(data.train), len(data.val)) <= block_size:
             raise ValueError(f"the data is too short for a context of {block_size} tokens")
@@ -117,21 +165,21 @@ class Trainer:
         self.val_data = data.val.to(self.device)
         self.answer_tokens = data.answer_tokens  # a task's separator and newline: where its answers are
         # the targets the loss counts: all of them (None), or the answers alone (as `answer_mask` finds them)
-        self._counted = None
+        self.counted = None
         if config.answers_only and every_window_has_an_answer(data, block_size):
-            self._counted = data.answer_tokens
-        self.probe_ids = self._probe_ids(probe_text)
+            self.counted = data.answer_tokens
 
         self.optimizer = configure_optimizer(
             model, config.learning_rate, config.weight_decay, (config.beta1, config.beta2)
         )
         self._amp_dtype = autocast_dtype(self.device, config.dtype)
-        # The compiled module shares the parameters; hooks (attention snapshots) use the plain one.
-        self._forward = torch.compile(model) if config.compile else model
+        # The model's forward pass (compiled or not: the compiled module shares the parameters; hooks,
+        # as attention snapshots use, need the plain `model`).
+        self.forward = torch.compile(model) if config.compile else model
         # Training's forward passes go through DDP, which averages the gradients across processes in
         # the backward pass; evaluations, samples and snapshots need no gradients and use the model.
-        self._train_forward = self._forward if not processes.distributed else DistributedDataParallel(
-            self._forward, device_ids=[self.device] if self.device.type == "cuda" else None)
+        self._train_forward = self.forward if not processes.distributed else DistributedDataParallel(
+            self.forward, device_ids=[self.device] if self.device.type == "cuda" else None)
         self._params = [p for p in model.parameters() if p.requires_grad]
         # The one snapshot a divergence goes back to: its weights, step and validation loss (if known).
         self._good = [p.detach().clone() for p in self._params]
@@ -148,12 +196,10 @@ class Trainer:
 
         self.step = 0
         self.history: list[dict] = []
-        self.elapsed = 0.0
+        self.elapsed = 0.0  # seconds of training (steps and their observers' work), kept across runs
+        self.times = StepTimes()
         self._stop = threading.Event()
-        self.running = False  # between run()'s start and its final event
-        self._seconds_per_step: float | None = None  # smoothed time of a bare step: tokens/s and the ETA
-        self._extras = 0.0  # seconds spent on evaluations, samples and snapshots: the ETA spreads them out
-        self._wait_per_step: float | None = None  # smoothed seconds a step waits for its turn (with a share)
+        self.running = False  # between a run's start and its final event (a driver such as ZeroGPU's sets it too)
 
     # ------------------------------------------------------------------ public API
 
@@ -161,19 +207,8 @@ class Trainer:
         """Ask run() to finish after the current step (thread-safe); the weights are kept.
         A step still waiting for its turn does not wait any longer."""
         self._stop.set()
-        if self.share is not None:
-            self.share.withdraw(self)
-
-    @contextlib.contextmanager
-    def turn(self, first: bool = False) -> Iterator[bool]:
-        """Hold one of the share's turns for work on this model outside run() (a sample, a
-        snapshot); yields False if the trainer was stopped while waiting. Always granted alone.
-        A `first` turn goes ahead of the others (see FairShare.turn)."""
-        if self.share is None:
-            yield True
-            return
-        with self.share.turn(self, first) as granted:
-            yield granted
+        for observer in self.observers:
+            observer.on_stop(self)
 
     def run(self, until: int | None = None) -> Iterator[TrainEvent]:
         """Train from `self.step` up to `until` steps (default max_iters), yielding events."""
@@ -181,27 +216,85 @@ class Trainer:
         if not isinstance(until, int) or until < 0:
             raise ValueError(f"until must be a non-negative integer, got {until!r}")
         self._stop.clear()
-        # Start from these weights; the loss this step recorded (if sound) is the bar for better ones.
-        last = self.history[-1] if self.history else {}
-        known = last.get("val_loss") if last.get("step") == self.step else None
-        self._remember(known if known is not None and self._sound(known, None) else None)
+        self._remember_start()
         event, self.running = None, True
         try:
-            with self.share.membership(self) if self.share is not None else contextlib.nullcontext():
+            with contextlib.ExitStack() as running:
+                for observer in self.observers:
+                    running.enter_context(observer.running(self))
                 while self.step < until and not self._stop.is_set():
                     asked = time.perf_counter()
-                    with self.turn(first=event is None) as granted:  # a run's first step jumps the queue
+                    with self._turn(first=event is None) as granted:  # a run's first step jumps the queue
                         if not granted or self._stop.is_set():
                             break
-                        waited, previous = time.perf_counter() - asked, self._wait_per_step
-                        self._wait_per_step = waited if previous is None else 0.9 * previous + 0.1 * waited
-                        event = self._train_step(until)
+                        self.times.waited = time.perf_counter() - asked
+                        event = self.train_step(until)
                     if event.error:
                         break
                     yield event  # never while holding a turn: the caller may take its time
         finally:  # also when the caller drops the run midway
             self.running = False
-        yield self._final_event(event, until)
+        yield self.final_event(event, until)
+
+    def train_step(self, until: int | None = None) -> TrainEvent:
+        """One step of run(), without its turn: the update, the guard, the evaluation when due (every
+        `eval_interval` steps and at `until`, default max_iters), the history row and the observers'
+        additions. Stepping a trainer with this alone gives run()'s curve."""
+        until = self.config.max_iters if until is None else until
+        cfg = self.config
+        self.times.began = time.perf_counter()
+        lr = learning_rate_at(self.step, cfg.learning_rate, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters)
+        loss, grad_norm = self.update(self, *self.batch(), lr)
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)) or loss > self._loss_ceiling:
+            return self._diverged(loss, grad_norm, lr, until)
+        self.step += 1
+        self.times.updated = time.perf_counter()
+
+        val_loss = None
+        if self.step == until or self.step % cfg.eval_interval == 0:
+            val_loss = self.estimate_loss(("val",))["val"]  # the events report validation loss only
+            if self._sound(val_loss, self._good_loss):
+                self._remember(val_loss)
+        self.history.append({"step": self.step, "train_loss": loss, "val_loss": val_loss, "lr": lr})
+        event = TrainEvent(step=self.step, max_iters=until, train_loss=loss, val_loss=val_loss, lr=lr)
+        for observer in self.observers:
+            observer.on_step(self, event)
+        self.elapsed += time.perf_counter() - self.times.began
+        event.elapsed = self.elapsed
+        self.times.waited = 0.0  # counted once: a step taken outside run() waits for no turn
+        return event
+
+    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next training batch (inputs, targets) of the whole `batch_size`, from the trainer's generator."""
+        return self._batch(self.train_data, self._batch_rng, self.counted)
+
+    def gradient_step(self, x: torch.Tensor, y: torch.Tensor, lr: float) -> tuple[float, float]:
+        """The default `update`: one AdamW step at learning rate `lr` on the global batch (x, y) (gradient
+        accumulation, DDP's average, clipping); returns the batch's loss and the gradient norm before
+        clipping, in one host sync."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss = self._accumulate_gradients(x, y)
+        # With clipping off, an infinite bound still returns the norm the guard needs.
+        grad_norm = torch.nn.utils.clip_grad_norm_(self._params, self.config.grad_clip or math.inf)
+        self.optimizer.step()  # a diverged step is undone by the guard: the weights go back, the moments go
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_value, norm_value = torch.stack([loss, grad_norm.float()]).tolist()
+        return loss_value, norm_value
+
+    def final_event(self, last: TrainEvent | None, until: int) -> TrainEvent:
+        """The done=True event of a run whose last step's event was `last` (None: no step): that step's
+        figures (or the state so far) plus how it ended."""
+        if last is not None and last.error:
+            last.done = True
+            return last
+        row = self.history[-1] if self.history else {"train_loss": float("nan"), "lr": 0.0}
+        val_loss = self.history[-1]["val_loss"] if self.history and last is not None else None
+        return TrainEvent(
+            step=self.step, max_iters=until, train_loss=row["train_loss"], val_loss=val_loss, lr=row["lr"],
+            tokens_per_sec=last.tokens_per_sec if last else 0.0, elapsed=self.elapsed,
+            eta=last.eta if last else 0.0, done=True, stopped=self.step < until,
+        )
 
     @torch.no_grad()
     def estimate_loss(self, splits: tuple[str, ...] = ("train", "val")) -> dict[str, float]:
@@ -215,35 +308,13 @@ class Trainer:
             rng = torch.Generator().manual_seed(self.config.seed + 2)  # the same batches every time
             total = torch.zeros((), device=self.device)
             for i in range(self.config.eval_iters):
-                x, y = self._batch(data, rng, self._counted)  # every process draws every batch: rng in step
+                x, y = self._batch(data, rng, self.counted)  # every process draws every batch: rng in step
                 if i % self.processes.world_size == self.processes.rank:  # and scores its own
-                    with self._autocast():
-                        total += self._forward(x, y)[1].float()
+                    with self.autocast():
+                        total += self.forward(x, y)[1].float()
             losses[split] = self.processes.sum(total).item() / self.config.eval_iters
         self.model.train(was_training)
         return losses
-
-    @torch.no_grad()
-    def answer_score(self, max_windows: int = 64) -> tuple[float, float] | None:
-        """(loss, greedy accuracy) on the answer targets of the first `max_windows` non-overlapping
-        context windows of the validation split, those whose question is in the same window
-        (`answer_mask`); None for a corpus without answers (see TokenData.answer_tokens)."""
-        if self.answer_tokens is None:
-            return None
-        T = self.model.config.block_size
-        n = min(max_windows, (len(self.val_data) - 1) // T)
-        x, y = self.val_data[: n * T].view(n, T), self.val_data[1: n * T + 1].view(n, T)
-        answers = answer_mask(x, *self.answer_tokens)
-        if not answers.any():
-            return None
-        was_training = self.model.training
-        self.model.eval()
-        with self._autocast():
-            logits = self._forward(x)[0].float()
-        self.model.train(was_training)
-        losses = F.cross_entropy(logits[answers], y[answers], reduction="none")
-        right = logits[answers].argmax(-1) == y[answers]
-        return losses.mean().item(), right.float().mean().item()
 
     def state_dict(self) -> dict:
         """Everything beyond the weights that a resumed run needs to continue identically (a copy)."""
@@ -269,6 +340,7 @@ class Trainer:
         self.step = int(state["step"])
         self.elapsed = float(state["elapsed"])
         self.history[:] = [dict(row) for row in state["history"]]  # in place: whoever holds the curve sees it
+        self._remember_start()  # a divergence goes back here at worst, also for a caller of train_step()
 
     def _check_state(self, state: dict) -> None:
         saved_groups = state["optimizer"]["param_groups"]
@@ -294,50 +366,6 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
 
-    def _train_step(self, until: int) -> TrainEvent:
-        cfg = self.config
-        started = time.perf_counter()
-        lr = learning_rate_at(self.step, cfg.learning_rate, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        loss = self._accumulate_gradients(*self._batch(self.train_data, self._batch_rng, self._counted))
-        # With clipping off, an infinite bound still returns the norm the guard needs.
-        grad_norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.grad_clip or math.inf)
-        # One host sync per step: the loss the event reports and the divergence check.
-        loss_value, norm_value = torch.stack([loss, grad_norm.float()]).tolist()
-        if not (math.isfinite(loss_value) and math.isfinite(norm_value)) or loss_value > self._loss_ceiling:
-            return self._diverged(loss_value, norm_value, lr, until)
-
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
-        trained = time.perf_counter()
-        self._smooth(trained - started)
-
-        last = self.step == until
-        val_loss, answers = None, None
-        if last or self.step % cfg.eval_interval == 0:
-            val_loss = self.estimate_loss(("val",))["val"]  # the events report validation loss only
-            answers = self.answer_score()
-            if self._sound(val_loss, self._good_loss):
-                self._remember(val_loss)
-        row = {"step": self.step, "train_loss": loss_value, "val_loss": val_loss, "lr": lr}
-        if answers is not None:
-            row["answer_loss"], row["answer_accuracy"] = answers
-        self.history.append(row)
-        event = self._event(loss_value, val_loss, lr, until)
-        event.answer_loss, event.answer_accuracy = answers or (None, None)
-        if self._due(cfg.sample_interval, last) and self.tokenizer is not None:
-            event.sample = self.sample()
-        if self._due(cfg.attention_interval, last):
-            event.attention = self.probe_attention()
-            event.probe_ids = self.probe_ids
-        finished = time.perf_counter()
-        self._extras += finished - trained
-        self.elapsed += finished - started
-        event.elapsed, event.tokens_per_sec, event.eta = self.elapsed, self._tokens_per_sec(), self._eta(until)
-        return event
-
     def _accumulate_gradients(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Leave the gradient of the global batch (x, y)'s mean loss in the parameters, and return that
         loss: this process's rows of the batch, one micro-batch at a time, then DDP's average."""
@@ -350,7 +378,7 @@ class Trainer:
             for i, (xs, ys) in enumerate(micro_batches):
                 sync = i == len(micro_batches) - 1 or not self.processes.distributed  # average once, at the end
                 with contextlib.nullcontext() if sync else self._train_forward.no_sync():
-                    with self._autocast():
+                    with self.autocast():
                         _, loss = self._train_forward(xs, ys)
                     weight = (ys >= 0).sum() / counted
                     (loss * weight * self.processes.world_size).backward()  # DDP divides the sum by this
@@ -371,13 +399,12 @@ class Trainer:
                 else f"loss became {loss_value:.3g}")
         where = ("where this run started" if self._good_loss is None else
                  f"the last evaluation with a sound validation loss ({self._good_loss:.3g})")
-        event = self._event(loss_value, None, lr, until)
-        event.error = (
-            f"Training diverged at step {diverged_at} ({what}, learning rate {lr:.3g}). The weights were "
-            f"restored to step {self.step}, {where}; the optimizer's state was reset. "
-            "Try a smaller learning rate or a stronger gradient clip."
+        return TrainEvent(
+            step=self.step, max_iters=until, train_loss=loss_value, val_loss=None, lr=lr, elapsed=self.elapsed,
+            error=(f"Training diverged at step {diverged_at} ({what}, learning rate {lr:.3g}). The weights were "
+                   f"restored to step {self.step}, {where}; the optimizer's state was reset. "
+                   "Try a smaller learning rate or a stronger gradient clip."),
         )
-        return event
 
     def _sound(self, val_loss: float, reference: float | None) -> bool:
         """Whether weights with this validation loss are good ones to go back to after a divergence.
@@ -391,25 +418,30 @@ class Trainer:
         expected = math.log(self.model.config.vocab_size) if reference is None else reference
         return math.isfinite(val_loss) and val_loss <= 1.5 * expected + 1
 
+    def _remember_start(self) -> None:
+        """Keep the weights a run (or a loaded state) starts from; the loss recorded at this step, if
+        sound, is the bar for better ones."""
+        last = self.history[-1] if self.history else {}
+        known = last.get("val_loss") if last.get("step") == self.step else None
+        self._remember(known if known is not None and self._sound(known, None) else None)
+
     def _remember(self, val_loss: float | None) -> None:
         """Keep the current weights as the good ones (copied into the one snapshot)."""
         with torch.no_grad():
             torch._foreach_copy_(self._good, self._params)
         self._good_step, self._good_loss = self.step, val_loss
 
-    def _final_event(self, last: TrainEvent | None, until: int) -> TrainEvent:
-        """The done=True event: the last step's figures (or the state so far) plus how it ended."""
-        if last is not None and last.error:
-            last.done = True
-            return last
-        row = self.history[-1] if self.history else {"train_loss": float("nan"), "lr": 0.0}
-        val_loss = self.history[-1]["val_loss"] if self.history and last is not None else None
-        event = self._event(row["train_loss"], val_loss, row["lr"], until)
-        event.done = True
-        event.stopped = self.step < until
-        return event
-
     # ------------------------------------------------------------------ helpers
+
+    @contextlib.contextmanager
+    def _turn(self, first: bool) -> Iterator[bool]:
+        """Every observer's turn held at once (granted only if each one grants it)."""
+        with contextlib.ExitStack() as turns:
+            for observer in self.observers:
+                if not turns.enter_context(observer.turn(self, first)):
+                    yield False
+                    return
+            yield True
 
     def _batch(self, data: torch.Tensor, rng: torch.Generator,
                answers: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -417,7 +449,8 @@ class Trainer:
         return get_batch(data, self.config.batch_size, self.model.config.block_size, rng, answers)
 
     @contextlib.contextmanager
-    def _autocast(self):
+    def autocast(self) -> Iterator[None]:
+        """The precision this trainer's forward passes run in (bfloat16 autocast where `dtype` chose it)."""
         if self._amp_dtype is None:
             yield
             return
@@ -446,55 +479,4 @@ class Trainer:
             torch.set_rng_state(self._dropout_rng)
             yield
             self._dropout_rng = torch.get_rng_state()
-
-    def _due(self, interval: int, last: bool) -> bool:
-        return interval > 0 and (last or self.step % interval == 0)
-
-    def _probe_ids(self, probe_text: str | None) -> list[int]:
-        block_size = self.model.config.block_size
-        if probe_text:
-            if self.tokenizer is None:
-                raise ValueError("probe_text needs a tokenizer")
-            return self.tokenizer.encode(probe_text)[-block_size:]
-        return self.val_data[: min(PROBE_TOKENS, block_size)].tolist()
-
-    def sample(self) -> str:
-        """A fresh sample of about `sample_tokens` tokens (needs a tokenizer): from the probe's first
-        token; or, trained on answers alone (which never teach the questions), the model's answers
-        to validation questions, one line each."""
-        rng = torch.Generator(device=self.device).manual_seed(self.config.seed + self.step)
-        if self._counted is not None:
-            head = self.val_data[: self.config.sample_tokens * 2].tolist()  # enough for a few lines
-            return answer_questions(self.model, self.tokenizer, head, self.answer_tokens, self.config.sample_tokens,
-                                    generator=rng)
-        prompt = torch.tensor([self.probe_ids[:1]], device=self.device)
-        ids = generate(self.model, prompt, self.config.sample_tokens, generator=rng)
-        return self.tokenizer.decode(ids[0].tolist())
-
-    def probe_attention(self) -> list[torch.Tensor]:
-        """Per layer (H, T, T) attention of the probe prompt; none for stages without attention."""
-        if not self.model.config.use_attention or not self.model.blocks:
-            return []
-        return list(attention_maps(self.model, self.probe_ids))
-
-    def _event(self, train_loss: float, val_loss: float | None, lr: float, until: int) -> TrainEvent:
-        return TrainEvent(
-            step=self.step, max_iters=until, train_loss=train_loss, val_loss=val_loss, lr=lr,
-            tokens_per_sec=self._tokens_per_sec(), elapsed=self.elapsed, eta=self._eta(until),
-        )
-
-    def _smooth(self, duration: float) -> None:
-        previous = self._seconds_per_step
-        self._seconds_per_step = duration if previous is None else 0.9 * previous + 0.1 * duration
-
-    def _tokens_per_sec(self) -> float:
-        if not self._seconds_per_step:
-            return 0.0
-        return self.config.batch_size * self.model.config.block_size / self._seconds_per_step
-
-    def _eta(self, until: int) -> float:
-        extras_per_step = self._extras / self.step if self.step else 0.0
-        per_step = (self._seconds_per_step or 0.0) + extras_per_step + (self._wait_per_step or 0.0)
-        return max(0, until - self.step) * per_step
-
 

@@ -41,6 +41,7 @@ import gradio as gr
 from core.config import TrainConfig
 from core.data import TokenData
 from core.model import GPT
+from core.observers import standard
 from core.schedule import FairShare
 from core.tokenizers import Tokenizer
 from core.train import Trainer
@@ -48,7 +49,7 @@ from playground.pretrained import CATALOGUE, SharedPretrained
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
 from playground.store import StateStore
-from playground.zerogpu import Chunk, Update, ZeroGPUTrainer
+from playground.zerogpu import Chunk, Update, ZeroGPU
 
 # Events that do real work share a concurrency id per kind; the limit comes from the settings.
 HEAVY_KINDS = ("train", "generate", "attention", "baby", "checkpoint")
@@ -94,12 +95,13 @@ class AppContext:
                 tokenizer: Tokenizer | None = None) -> Trainer:
         """The trainer for a session's model: on the device `training_device` picks, taking turns with the
         others step by step; on ZeroGPU, a model of `gpu_min_params` or more trains in GPU calls, taking
-        turns chunk by chunk (`ZeroGPUTrainer`)."""
+        turns chunk by chunk (a `ZeroGPU` route among its observers: `playground.zerogpu.run` runs it)."""
+        route = []
         if self.gpu is not None and n_params >= self.settings.gpu_min_params:
-            return ZeroGPUTrainer(model, data, config, gpu=self.gpu, turns=self.gpu_turns,
-                                  chunk_s=self.settings.zero_gpu_chunk_s, tokenizer=tokenizer, share=self.share)
+            route = [ZeroGPU(data, config, gpu=self.gpu, turns=self.gpu_turns, chunk_s=self.settings.zero_gpu_chunk_s)]
         config = dataclasses.replace(config, device=self.training_device(n_params))
-        return Trainer(model, data, config, tokenizer=tokenizer, share=self.share)
+        observers = [*route, *standard(config, tokenizer=tokenizer, share=self.share)]
+        return Trainer(model, data, config, observers=observers)
 
     @staticmethod
     def cheap() -> dict:

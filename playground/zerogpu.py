@@ -1,8 +1,14 @@
 """ZeroGPU: training on a Hugging Face Space's shared GPU, in turns, through `@spaces.GPU`.
 
     gpu = zero_gpu(chunk_s=10.0)        # the decorated chunk runner on a ZeroGPU Space, else None
-    trainer = ZeroGPUTrainer(model, data, config, gpu=gpu, turns=FairShare(2), chunk_s=10.0, share=cpu_share)
-    for event in trainer.run(): ...      # like a Trainer: one event per update, then a done one
+    route = ZeroGPU(data, config, gpu=gpu, turns=FairShare(2), chunk_s=10.0)
+    trainer = Trainer(model, data, cpu_config, observers=[route, *standard(cpu_config, share=cpu_share)])
+    for event in run(trainer): ...       # like trainer.run(): one event per update, then a done one
+
+The server's Trainer (on the CPU) is driven through its public API, never subclassed: each GPU call
+runs a Trainer of its own in the worker (`train_chunk`), and what comes back is loaded into the server's
+(its model's weights, `history`, `step`, `load_state_dict`). The route is one of the trainer's observers,
+so the trainer's Stop reaches it; `run(trainer)` is `trainer.run()` for a trainer without one.
 
 On a Space with ZeroGPU hardware the GPU exists only inside functions decorated with the `spaces`
 package's `@spaces.GPU`. Each call is scheduled by Hugging Face, asks for a duration up front and
@@ -29,7 +35,8 @@ Elsewhere (no `spaces` package, or not on ZeroGPU) `zero_gpu()` is None and the 
 `@spaces.GPU` is a no-op there. The `spaces` package itself is never needed: tests run `train_chunk`
 in-process and through a stand-in that forks like its worker does.
 
-Imports core's model and training, and gradio for its error type (what `spaces` raises). Never imports a tab.
+Imports core's model, training loop and observers, and gradio for its error type (what `spaces` raises).
+Never imports a tab.
 """
 
 from __future__ import annotations
@@ -46,9 +53,9 @@ import torch
 from core.config import GPTConfig, TrainConfig
 from core.data import TokenData
 from core.model import GPT
+from core.observers import AnswerScore, Timing
 from core.schedule import FairShare
-from core.tokenizers import Tokenizer
-from core.train import TrainEvent, Trainer
+from core.train import Observer, TrainEvent, Trainer
 
 UPDATE_INTERVAL_S = 0.5  # weights sent back this often during a chunk: the page refreshes 4 times a second at most
 # A chunk asks ZeroGPU for its training time plus this much: the worker's start (CUDA, the first call forks it)
@@ -85,7 +92,7 @@ def train_chunk(chunk: Chunk) -> Iterator[Update]:
     worker (the CPU elsewhere); the update before the chunk's done event has the whole state."""
     model = GPT(chunk.config)
     model.load_state_dict(chunk.weights)
-    trainer = Trainer(model, chunk.data, chunk.train_config)
+    trainer = Trainer(model, chunk.data, chunk.train_config, observers=[AnswerScore(), Timing()])
     trainer.load_state_dict(chunk.state)
     deadline = time.monotonic() + chunk.seconds
     sent_rows, sent_at = len(trainer.history), -math.inf  # the first step goes out at once: the page shows it learning
@@ -118,15 +125,14 @@ def zero_gpu(chunk_s: float) -> Callable[[Chunk], Iterator[Update]] | None:
     return spaces.GPU(duration=math.ceil(chunk_s) + STARTUP_ALLOWANCE_S)(train_chunk)
 
 
-class ZeroGPUTrainer(Trainer):
-    """A Trainer whose steps run chunk by chunk through `gpu` (see the module docstring); its own model stays
-    on the CPU, where the live views, snapshots and, after a refusal, the rest of the steps run (taking
-    turns of `share`, the CPU's)."""
+class ZeroGPU(Observer):
+    """How one Trainer trains through `gpu`, chunk by chunk (see the module docstring): attached to it as an
+    observer, so its Stop reaches the chunks; `run` drives it. The trainer's own model stays on the CPU,
+    where the live views, snapshots and, after a refusal, the rest of the steps run (`Trainer.run`, in
+    turns of the CPU's share)."""
 
-    def __init__(self, model: GPT, data: TokenData, config: TrainConfig, *,
-                 gpu: Callable[[Chunk], Iterator[Update]], turns: FairShare, chunk_s: float,
-                 tokenizer: Tokenizer | None = None, share: FairShare | None = None) -> None:
-        super().__init__(model, data, dataclasses.replace(config, device="cpu"), tokenizer=tokenizer, share=share)
+    def __init__(self, data: TokenData, config: TrainConfig, *, gpu: Callable[[Chunk], Iterator[Update]],
+                 turns: FairShare, chunk_s: float) -> None:
         self.gpu, self.turns, self.chunk_s = gpu, turns, chunk_s
         # the GPU's steps send no samples or attention maps: the views run here, on the weights that come back
         self._data = data
@@ -135,11 +141,10 @@ class ZeroGPUTrainer(Trainer):
         self._halted = False
         self._consistent: tuple[dict, dict] | None = None  # (weights, state) at the last whole update
 
-    def stop(self) -> None:
-        """Ask run() to finish at the end of the chunk running (or after the CPU's current step)."""
+    def on_stop(self, trainer: Trainer) -> None:
+        """End the run at the end of the chunk running (or after the CPU's current step)."""
         self._halted = True
-        super().stop()
-        self.turns.withdraw(self)
+        self.turns.withdraw(trainer)
 
     def where(self) -> str:
         """Where the run trains, for the status (after a refusal, `refusal` says why it is the CPU)."""
@@ -149,59 +154,70 @@ class ZeroGPUTrainer(Trainer):
         return ("on the GPU (ZeroGPU)" + (f", {sharing} trainings taking turns of {self.chunk_s:g} s"
                                           if sharing > 1 else ""))
 
-    def run(self, until: int | None = None) -> Iterator[TrainEvent]:
-        """Train up to `until` steps (default max_iters) on the GPU, chunk by chunk, yielding the chunks'
-        events; on a refusal, on the CPU from the last consistent step."""
-        until = self.config.max_iters if until is None else until
+    def run(self, trainer: Trainer, until: int | None = None) -> Iterator[TrainEvent]:
+        """Train `trainer` up to `until` steps (default max_iters) on the GPU, chunk by chunk, yielding the
+        chunks' events; on a refusal, on the CPU from the last consistent step."""
+        until = trainer.config.max_iters if until is None else until
         if self.refusal is not None:  # refused before: this run trains on the CPU
-            yield from super().run(until)
+            yield from trainer.run(until)
             return
-        self._halted, self.running = False, True
+        self._halted, trainer.running = False, True
         first, last = True, None  # last: the latest chunk's done event
         try:
-            with self.turns.membership(self):
-                while self.step < until and not self._halted:
+            with self.turns.membership(trainer):
+                while trainer.step < until and not self._halted:
                     # Events go out while the turn is held: the GPU is busy for the whole chunk anyway,
                     # and the worker goes on while the page is drawn (its updates wait in a pipe).
-                    with self.turns.turn(self, first=first) as granted:
+                    with self.turns.turn(trainer, first=first) as granted:
                         if not granted or self._halted:
                             break
-                        first, last = False, (yield from self._chunk(until))
+                        first, last = False, (yield from self._chunk(trainer, until))
                     if self.refusal is not None or (last is not None and last.error):
                         break
         finally:
-            self.running = False
+            trainer.running = False
         if self.refusal is not None and not self._halted:
-            yield from super().run(until)  # the rest on the CPU (its last event is the done one)
+            yield from trainer.run(until)  # the rest on the CPU (its last event is the done one)
             return
-        yield self._final_event(last, until)  # a diverged chunk's event as it is; else done here, stopped or not
+        yield trainer.final_event(last, until)  # a diverged chunk's event as it is; else done here, stopped or not
 
-    def _chunk(self, until: int):
+    def _chunk(self, trainer: Trainer, until: int):
         """One GPU call: yields its events but the done one, which it returns (None after a refusal: then
         `refusal` says why, and the model is back at its last consistent step)."""
-        weights = {name: tensor.clone() for name, tensor in self.model.state_dict().items()}
-        self._consistent = (weights, self.state_dict())
-        chunk = Chunk(self.model.config, weights, self._gpu_config, self._consistent[1], self._data, until,
+        weights = {name: tensor.clone() for name, tensor in trainer.model.state_dict().items()}
+        self._consistent = (weights, trainer.state_dict())
+        chunk = Chunk(trainer.model.config, weights, self._gpu_config, self._consistent[1], self._data, until,
                       self.chunk_s)
         try:
             for update in self.gpu(chunk):
-                self._adopt(update)
+                self._adopt(trainer, update)
                 if update.event.done:
                     return update.event
                 yield update.event
         except gr.Error as refused:  # what `spaces` raises: quota spent, no GPU, the worker failed
             self.refusal = refused.message or refused.title or "ZeroGPU gave no reason"
             weights, state = self._consistent  # updates that came without the whole state are dropped
-            self.model.load_state_dict(weights)
-            self.load_state_dict(state)
+            trainer.model.load_state_dict(weights)
+            trainer.load_state_dict(state)
         return None
 
-    def _adopt(self, update: Update) -> None:
-        """Take an update's weights (and its whole state, when it has one) into this trainer's model."""
+    def _adopt(self, trainer: Trainer, update: Update) -> None:
+        """Take an update's weights (and its whole state, when it has one) into the trainer's model."""
         if update.weights is not None:
-            self.model.load_state_dict(update.weights)
-        self.history.extend(update.rows)
-        self.step = update.event.step
+            trainer.model.load_state_dict(update.weights)
+        trainer.history.extend(update.rows)
+        trainer.step = update.event.step
         if update.state is not None:
-            self.load_state_dict(update.state)
+            trainer.load_state_dict(update.state)
             self._consistent = (update.weights, update.state)
+
+
+def route(trainer: Trainer) -> ZeroGPU | None:
+    """The trainer's ZeroGPU route, if it trains through one."""
+    return next((observer for observer in trainer.observers if isinstance(observer, ZeroGPU)), None)
+
+
+def run(trainer: Trainer, until: int | None = None) -> Iterator[TrainEvent]:
+    """The trainer's run: chunk by chunk on the GPU where it has a ZeroGPU route, else `Trainer.run`."""
+    gpu = route(trainer)
+    return trainer.run(until) if gpu is None else gpu.run(trainer, until)

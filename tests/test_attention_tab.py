@@ -16,6 +16,7 @@ from core.movie import AttentionMovie, induction_onset
 from core.config import GPTConfig, stage_config
 from core.data import CORPORA, TokenData
 from core.model import GPT
+from core.observers import AttentionProbe, standard
 from core.presets import preset_configs, preset_corpus
 from core.tokenizers import CharTokenizer, GPT2Tokenizer
 from core.train import Trainer
@@ -300,12 +301,13 @@ def copy_task():
     config, train_config = preset_configs("repeat", tokenizer.vocab_size)
     model = GPT(config, generator=torch.Generator().manual_seed(train_config.seed))
     data = TokenData.from_text(text, tokenizer, config.block_size, answer_after=CORPORA["repeat"].answer_after)
-    trainer = Trainer(model, data, train_config, tokenizer=tokenizer)
-    movie = AttentionMovie(trainer.probe_ids, every=train_config.max_iters // MOVIE_FRAMES)  # as the Train tab records
+    trainer, snapshots = Trainer(model, data, train_config, observers=standard(train_config)), AttentionProbe()
+    every = train_config.max_iters // MOVIE_FRAMES  # as the Train tab records
+    movie = AttentionMovie(snapshots.probe_ids(trainer), every=every)
     for event in trainer.run():
         if movie.wants(event.step) or event.done:
             probe = probe_induction(trainer.model) if movie.probe_due(event.done) else None
-            movie.add(event.step, trainer.probe_attention(), probe)
+            movie.add(event.step, snapshots.attention(trainer), probe)
     handlers = tab.AttentionHandlers(make_ctx())
     session = handlers.ctx.registry.get("learner")
     session.trained = TrainedModel(model, tokenizer, "Copy task", movie=movie)

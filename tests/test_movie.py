@@ -38,7 +38,7 @@ def test_memory_stays_under_the_budget_and_the_movie_spans_the_whole_run():
     movie = AttentionMovie(PROBE, every=1, max_bytes=10 * frame_bytes)
     for step in range(1, 201):
         if movie.wants(step) or step == 200:  # the last step always has its snapshot
-            movie.add(step, list(uniform()))  # per-layer maps, as Trainer.probe_attention gives them
+            movie.add(step, list(uniform()))  # per-layer maps, as core.observers.AttentionProbe gives them
         assert movie.nbytes <= movie.max_bytes
     steps = [frame.step for frame in movie.frames]
     assert steps[0] == 1 and steps[-1] == 200  # the first and the newest snapshots survive thinning

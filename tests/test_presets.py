@@ -9,6 +9,7 @@ from core.babygpt import StateSpace, next_token_probs
 from core.config import GPTConfig
 from core.data import CORPORA, TokenData
 from core.model import GPT
+from core.observers import AnswerScore
 from core.presets import PRESETS, preset_configs, preset_corpus
 from core.config import TrainConfig
 from playground.tabs.attention import analysis as attention_analysis
@@ -85,8 +86,8 @@ def train_induction_task(name: str, steps: int) -> tuple[GPT, dict, object]:
     model_config, train = preset_configs(name, tokenizer.vocab_size, device="cpu", dtype="float32")
     data = TokenData.from_text(text, tokenizer, model_config.block_size, answer_after=CORPORA["induction"].answer_after)
     model = GPT(model_config, generator=torch.Generator().manual_seed(train.seed))
-    trainer = Trainer(model, data, train)
-    assert trainer._counted == data.answer_tokens  # every window holds an answer: the loss counts answers only
+    trainer = Trainer(model, data, train, observers=[AnswerScore()])
+    assert trainer.counted == data.answer_tokens  # every window holds an answer: the loss counts answers only
     scored = {event.step: event for event in trainer.run(until=steps) if event.answer_accuracy is not None}
     return model.eval(), scored, tokenizer
 

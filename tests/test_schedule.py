@@ -12,6 +12,7 @@ from core.model import GPT
 from core.schedule import FairShare, default_slots
 from core.tokenizers import CharTokenizer
 from core.config import TrainConfig
+from core.observers import Timing, standard
 from core.train import Trainer
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 40
@@ -95,7 +96,8 @@ def _trainer(share: FairShare | None, steps: int = 40) -> Trainer:
     config = GPTConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=8)
     data = TokenData.from_text(TEXT, tok, 8)
     train = TrainConfig(max_iters=steps, batch_size=4, eval_interval=steps, eval_iters=2, warmup_iters=0, device="cpu")
-    return Trainer(GPT(config, generator=torch.Generator().manual_seed(0)), data, train, share=share)
+    return Trainer(GPT(config, generator=torch.Generator().manual_seed(0)), data, train,
+                   observers=standard(train, share=share))
 
 
 def test_trainings_sharing_turns_advance_together():
@@ -151,10 +153,28 @@ def test_sharing_changes_no_number():
 def test_the_time_left_counts_the_wait_for_turns():
     trainer = _trainer(None)
     list(trainer.run(10))
-    trainer._wait_per_step = 0.0
-    before = trainer._eta(40)
-    trainer._wait_per_step = 0.5  # as if each step waited half a second for its turn
-    assert trainer._eta(40) == pytest.approx(before + 30 * 0.5)
+    timing = trainer.observers[-1]
+    assert isinstance(timing, Timing)
+    timing.wait_per_step = 0.0
+    before = timing.eta(trainer, 40)
+    timing.wait_per_step = 0.5  # as if each step waited half a second for its turn
+    assert timing.eta(trainer, 40) == pytest.approx(before + 30 * 0.5)
+
+
+def test_the_wait_for_a_turn_is_measured_by_the_loop():
+    share = FairShare(1)
+    trainer, waits = _trainer(share), []
+
+    def run() -> None:
+        for _ in trainer.run(1):
+            waits.append(trainer.observers[-1].wait_per_step)
+
+    with share.turn("someone else"):
+        thread = threading.Thread(target=run)
+        thread.start()
+        time.sleep(0.2)  # the trainer's first step waits at least this long
+    thread.join(timeout=60)
+    assert waits[0] >= 0.2
 
 
 def test_a_first_turn_goes_ahead_of_the_queue():

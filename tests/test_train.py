@@ -1,5 +1,6 @@
 """The training engine: events, stop and resume, determinism, the divergence guard."""
 
+import contextlib
 import math
 import re
 
@@ -14,7 +15,8 @@ from core.optim import learning_rate_at
 from core.tokenizers import CharTokenizer
 from core.data import every_window_has_an_answer as _every_window_has_an_answer
 from core.config import TrainConfig
-from core.train import Trainer
+from core.observers import AttentionProbe, Samples, answer_score, standard
+from core.train import Observer, Trainer
 
 TEXT = CORPORA["repeat"].task.corpus(n_lines=300)
 TOKENIZER = CharTokenizer.from_text(TEXT)
@@ -31,7 +33,8 @@ def tiny_trainer(model: GPT | None = None, **fields) -> Trainer:
     config = dict(max_iters=6, batch_size=4, warmup_iters=2, lr_decay_iters=6, eval_interval=5, eval_iters=2,
                   learning_rate=3e-3, device="cpu")
     data = TokenData.from_text(TEXT, TOKENIZER, model.config.block_size)
-    return Trainer(model, data, TrainConfig(**{**config, **fields}), tokenizer=TOKENIZER)
+    train_config = TrainConfig(**{**config, **fields})
+    return Trainer(model, data, train_config, observers=standard(train_config, tokenizer=TOKENIZER))
 
 
 def weights(model: GPT) -> dict[str, torch.Tensor]:
@@ -75,11 +78,11 @@ def test_attention_snapshot_has_one_pattern_per_layer():
         assert torch.all(pattern.triu(diagonal=1) == 0)  # causal
 
 
-def test_probe_text_is_encoded_with_the_tokenizer():
+def test_a_probe_given_is_the_one_attention_is_taken_on():
     model = tiny_model()
     data = TokenData.from_text(TEXT, TOKENIZER, 16)
-    trainer = Trainer(model, data, TrainConfig(max_iters=1, batch_size=2, attention_interval=1, eval_iters=1),
-                      tokenizer=TOKENIZER, probe_text="abc|abc")
+    trainer = Trainer(model, data, TrainConfig(max_iters=1, batch_size=2, eval_iters=1),
+                      observers=[AttentionProbe(every=1, ids=TOKENIZER.encode("abc|abc"))])
     event = next(trainer.run())
     assert event.probe_ids == TOKENIZER.encode("abc|abc")
     assert event.attention[0].shape == (2, 7, 7)
@@ -127,7 +130,7 @@ def test_same_seed_same_curve_and_global_rng_untouched():
 
 
 def test_training_does_not_consume_the_global_rng():
-    trainer = tiny_trainer(tiny_model(dropout=0.1))
+    trainer = tiny_trainer(tiny_model(dropout=0.1), sample_interval=2, attention_interval=2)  # observers too
     before = torch.get_rng_state()
     list(trainer.run())
     assert torch.equal(torch.get_rng_state(), before)
@@ -285,7 +288,7 @@ def test_a_task_corpus_is_scored_on_its_answers():
     # float32: the check by hand below runs without autocast (bfloat16 on CPUs that have it)
     trainer = tiny_trainer(model, max_iters=10, eval_interval=5, dtype="float32")
     trainer.answer_tokens = data.answer_tokens  # the same text, now with its answers known
-    loss, right = trainer.answer_score()
+    loss, right = answer_score(trainer)
     assert loss == pytest.approx(math.log(TOKENIZER.vocab_size), abs=0.5) and right < 0.2  # untrained: guessing
     events = [e for e in trainer.run() if e.val_loss is not None and not e.done]
     assert [e.step for e in events] == [5, 10] and all(e.answer_accuracy is not None for e in events)
@@ -297,11 +300,11 @@ def test_a_task_corpus_is_scored_on_its_answers():
     marked = answer_mask(x, *data.answer_tokens)  # the answers whose question is in the same window
     with torch.no_grad():
         logits = model.eval()(x)[0]
-    assert trainer.answer_score() == pytest.approx((
+    assert answer_score(trainer) == pytest.approx((
         torch.nn.functional.cross_entropy(logits[marked], y[marked]).item(),
         (logits.argmax(-1) == y)[marked].float().mean().item(),
     ), rel=1e-5)
-    assert tiny_trainer().answer_score() is None  # no answers known: nothing to score
+    assert answer_score(tiny_trainer()) is None  # no answers known: nothing to score
 
 
 def test_answers_only_counts_the_answers_and_only_where_every_window_has_one():
@@ -323,7 +326,7 @@ def test_answers_only_counts_the_answers_and_only_where_every_window_has_one():
     short = TokenData.from_text(TEXT, TOKENIZER, 4, answer_after="|")
     small = GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=4))
     fallback = Trainer(small, short, TrainConfig(max_iters=2, batch_size=4, answers_only=True, device="cpu"))
-    assert fallback._counted is None
+    assert fallback.counted is None
     assert all(math.isfinite(event.train_loss) for event in fallback.run())
 
 
@@ -333,14 +336,15 @@ def test_trained_on_answers_alone_the_live_sample_answers_validation_questions()
     data = TokenData.from_text(TEXT, TOKENIZER, 36, answer_after="|")
     model = GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=36))
     trainer = Trainer(model, data, TrainConfig(max_iters=2, batch_size=4, answers_only=True, device="cpu",
-                                               sample_tokens=60), tokenizer=TOKENIZER)
-    lines = trainer.sample().split("\n")
+                                               sample_tokens=60))
+    samples = Samples(TOKENIZER)
+    lines = samples.sample(trainer).split("\n")
     validation = TOKENIZER.decode(data.val.tolist()).split("\n")[1:]  # whole lines after the first newline
     assert len(lines) >= 2
     for line, truth in zip(lines, validation):
         question, answer = line.split("|", 1)
         assert question == truth.split("|")[0] and len(answer) <= len(truth.split("|")[1]) + 1
-    assert trainer.sample() == trainer.sample()  # seeded by the step: the same model gives the same sample
+    assert samples.sample(trainer) == samples.sample(trainer)  # seeded by the step: the same model gives the same sample
 
 
 @pytest.mark.parametrize("text", [CORPORA[name].task.corpus(n_lines=300) for name in ("repeat", "induction")],
@@ -357,3 +361,84 @@ def test_answers_only_needs_an_answer_in_every_window_it_can_draw(text):
         verdicts[block_size] = _every_window_has_an_answer(data, block_size)
         assert verdicts[block_size] == brute, block_size
     assert not verdicts[8] and verdicts[47]  # too short for a question, then long enough
+
+
+def test_an_observer_sees_every_step_in_order_within_its_turn_and_can_add_to_the_event():
+    class Recorder(Observer):
+        def __init__(self) -> None:
+            self.calls: list = []
+
+        def running(self, trainer):
+            self.calls.append("run")
+            return super().running(trainer)
+
+        def turn(self, trainer, first):
+            self.calls.append(("turn", first))
+            return super().turn(trainer, first)
+
+        def on_step(self, trainer, event):
+            self.calls.append(("step", event.step, trainer.history[-1]["step"]))
+            event.sample = f"seen at {event.step}"  # an observer may add to the event
+            trainer.history[-1]["mark"] = event.step  # and to the step's row
+
+    recorder = Recorder()
+    trainer = tiny_trainer()
+    trainer.observers.insert(0, recorder)
+    events = list(trainer.run(until=3))
+    assert recorder.calls == ["run", ("turn", True), ("step", 1, 1), ("turn", False), ("step", 2, 2),
+                              ("turn", False), ("step", 3, 3)]
+    assert [e.sample for e in events[:-1]] == ["seen at 1", "seen at 2", "seen at 3"]
+    assert [row["mark"] for row in trainer.history] == [1, 2, 3]
+    assert events[-2].tokens_per_sec > 0  # Timing, after it, still filled the event in
+
+
+def test_a_turn_refused_ends_the_run_before_the_step():
+    @contextlib.contextmanager
+    def refused():
+        yield False
+
+    class Closed(Observer):
+        def turn(self, trainer, first):
+            return super().turn(trainer, first) if trainer.step < 2 else refused()
+
+    trainer = tiny_trainer()
+    trainer.observers.append(Closed())
+    events = list(trainer.run())
+    assert [e.step for e in events] == [1, 2, 2] and events[-1].stopped and trainer.step == 2
+
+
+def test_stepping_with_train_step_gives_the_history_of_run():
+    ran = tiny_trainer(tiny_model(dropout=0.1))
+    list(ran.run())
+    stepped = tiny_trainer(tiny_model(dropout=0.1))
+    events = [stepped.train_step() for _ in range(stepped.config.max_iters)]
+    assert stepped.history == ran.history  # losses, validation losses, learning rates: all of them
+    assert_same_weights(weights(stepped.model), weights(ran.model))
+    assert [e.val_loss is not None for e in events] == [False] * 4 + [True, True]
+
+
+def test_the_update_is_a_replaceable_part():
+    """A stepper of its own plugs in where the optimizer step is taken; the loop around it is the same."""
+    calls = []
+
+    def update(trainer, x, y, lr):
+        calls.append((tuple(x.shape), lr))
+        return Trainer.gradient_step(trainer, x, y, lr)
+
+    plain = tiny_trainer()
+    list(plain.run())
+    custom = tiny_trainer()
+    custom.update = update
+    list(custom.run())
+    assert [lr for _, lr in calls] == [row["lr"] for row in plain.history]
+    assert {shape for shape, _ in calls} == {(4, 16)}
+    assert custom.history == plain.history
+
+    def exploding(trainer, x, y, lr):
+        Trainer.gradient_step(trainer, x, y, lr)
+        return float("nan"), 1.0  # the guard judges what the update reports
+
+    guarded = tiny_trainer()
+    guarded.update = exploding
+    final = list(guarded.run())[-1]
+    assert final.error and "diverged at step 1" in final.error and guarded.step == 0

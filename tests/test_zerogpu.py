@@ -21,9 +21,10 @@ from core.data import CORPORA, TokenData
 from core.model import GPT
 from core.schedule import FairShare
 from core.tokenizers import CharTokenizer
+from core.observers import standard
 from core.train import Trainer
 from playground import zerogpu
-from playground.zerogpu import ZeroGPUTrainer, train_chunk
+from playground.zerogpu import ZeroGPU, train_chunk
 
 FAKE_SPACES = str(Path(__file__).resolve().parent / "fake_spaces")
 TEXT = CORPORA["repeat"].task.corpus(n_lines=300)
@@ -44,15 +45,19 @@ def train_config(**fields) -> TrainConfig:
 
 
 def plain_run(seed: int = 0) -> Trainer:
-    trainer = Trainer(model(seed), DATA, train_config(seed=seed), tokenizer=TOKENIZER)
+    config = train_config(seed=seed)
+    trainer = Trainer(model(seed), DATA, config, observers=standard(config, tokenizer=TOKENIZER))
     list(trainer.run())
     return trainer
 
 
-def chunked(gpu, seed: int = 0, chunk_s: float = 0.0, turns: FairShare | None = None) -> ZeroGPUTrainer:
-    """chunk_s 0: every chunk trains one step, so a run of STEPS steps makes STEPS calls."""
-    return ZeroGPUTrainer(model(seed), DATA, train_config(seed=seed), gpu=gpu, turns=turns or FairShare(1),
-                          chunk_s=chunk_s, tokenizer=TOKENIZER, share=FairShare(1))
+def chunked(gpu, seed: int = 0, chunk_s: float = 0.0, turns: FairShare | None = None) -> Trainer:
+    """A trainer with a ZeroGPU route (`zerogpu.route(trainer)`); run it with `zerogpu.run(trainer)`.
+    chunk_s 0: every chunk trains one step, so a run of STEPS steps makes STEPS calls."""
+    config = train_config(seed=seed)
+    route = ZeroGPU(DATA, config, gpu=gpu, turns=turns or FairShare(1), chunk_s=chunk_s)
+    return Trainer(model(seed), DATA, config, observers=[route, *standard(config, tokenizer=TOKENIZER,
+                                                                           share=FairShare(1))])
 
 
 def assert_same_run(trainer: Trainer, reference: Trainer) -> None:
@@ -86,7 +91,7 @@ def test_chunks_in_process_train_the_same_curve_as_one_run():
         yield from train_chunk(chunk)
 
     trainer = chunked(gpu)
-    events = list(trainer.run())
+    events = list(zerogpu.run(trainer))
     assert calls == list(range(STEPS))  # one step a chunk: a fresh trainer for each, from the state sent
     assert [e.step for e in events] == list(range(1, STEPS + 1)) + [STEPS]
     assert events[-1].done and not events[-1].stopped and events[-1].val_loss is not None
@@ -97,23 +102,25 @@ def test_chunks_in_forked_workers_train_the_same_curve(spaces):
     gpu = zerogpu.zero_gpu(chunk_s=0.0)
     assert gpu is not None and gpu is not train_chunk  # decorated: each call forks a worker
     trainer = chunked(gpu)
-    list(trainer.run())
+    list(zerogpu.run(trainer))
     assert len(spaces.calls) == STEPS and all(pid != spaces.os.getpid() for pid, _ in spaces.calls)
     assert {duration for _, duration in spaces.calls} == {zerogpu.STARTUP_ALLOWANCE_S}
-    assert trainer.refusal is None and trainer.where() == "on the GPU (ZeroGPU)"
+    route = zerogpu.route(trainer)
+    assert route.refusal is None and route.where() == "on the GPU (ZeroGPU)"
     assert_same_run(trainer, plain_run())
 
 
 def test_a_refusal_goes_on_on_the_cpu_from_the_last_chunk(spaces):
     spaces.quota_s = 3 * zerogpu.STARTUP_ALLOWANCE_S  # three chunks, then "quota exceeded"
     trainer = chunked(zerogpu.zero_gpu(chunk_s=0.0))
-    events = list(trainer.run())
+    events = list(zerogpu.run(trainer))
     assert len(spaces.calls) == 3 and spaces.refused == 1
-    assert "exceeded your free ZeroGPU quota" in trainer.refusal
-    assert trainer.where() == "on the CPU"
+    route = zerogpu.route(trainer)
+    assert "exceeded your free ZeroGPU quota" in route.refusal
+    assert route.where() == "on the CPU"
     assert events[-1].done and not events[-1].stopped
     assert_same_run(trainer, plain_run())
-    list(trainer.run(STEPS))  # refused once: a later run does not ask again (it would be refused again)
+    list(zerogpu.run(trainer, STEPS))  # refused once: a later run does not ask again (it would be refused again)
     assert spaces.refused == 1
 
 
@@ -122,10 +129,10 @@ def test_a_worker_dying_mid_chunk_loses_nothing(spaces, monkeypatch):
     spaces.fail_after = 2  # the worker dies after two updates, before the chunk's state came back
     trainer = chunked(zerogpu.zero_gpu(chunk_s=60.0), chunk_s=60.0)  # one chunk for the whole run
     seen = []
-    for event in trainer.run():
+    for event in zerogpu.run(trainer):
         seen.append(event.step)
     assert seen[:2] == [1, 2]  # shown as they came, then taken back: the CPU trained from step 0 again
-    assert trainer.refusal == "GPU task aborted"
+    assert zerogpu.route(trainer).refusal == "GPU task aborted"
     assert seen[2:] == list(range(1, STEPS + 1)) + [STEPS]
     assert_same_run(trainer, plain_run())
 
@@ -133,13 +140,13 @@ def test_a_worker_dying_mid_chunk_loses_nothing(spaces, monkeypatch):
 def test_stop_ends_at_the_chunks_end_and_the_run_continues_the_same_curve():
     trainer = chunked(train_chunk)
     events = []
-    for event in trainer.run():
+    for event in zerogpu.run(trainer):
         events.append(event)
         if event.step == 5 and not event.done:
             trainer.stop()
     assert events[-1].done and events[-1].stopped and trainer.step == 5
     assert trainer.history[-1]["step"] == 5
-    list(trainer.run())
+    list(zerogpu.run(trainer))
     assert_same_run(trainer, plain_run())
 
 
@@ -147,7 +154,7 @@ def test_an_evaluation_brings_back_the_whole_state(monkeypatch):
     """What the state store keeps at an evaluation (weights, optimizer, step) must be one step's."""
     kept = []
     trainer = chunked(train_chunk, chunk_s=60.0)  # one chunk for the whole run
-    for event in trainer.run():
+    for event in zerogpu.run(trainer):
         if event.val_loss is not None and not event.done:
             state = trainer.state_dict()
             kept.append((event.step, state["step"], len(state["history"]), len(state["optimizer"]["state"])))
@@ -166,7 +173,8 @@ def test_learners_take_turns_chunk_by_chunk():
 
     trainers = [chunked(gpu, seed=seed, turns=turns) for seed in (1, 2, 3)]
     statuses = set()
-    threads = [threading.Thread(target=lambda t=t: statuses.update(t.where() for _ in t.run())) for t in trainers]
+    threads = [threading.Thread(target=lambda t=t: statuses.update(zerogpu.route(t).where() for _ in zerogpu.run(t)))
+               for t in trainers]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -200,11 +208,11 @@ def test_the_app_routes_big_models_to_the_gpu_and_small_ones_to_the_cpu():
     off = AppContext(settings=settings, registry=SessionRegistry(10**9, 600), model_changed=None, tabs=None)
     on = dataclasses.replace(off, gpu=train_chunk)
     small, big = 999, 1000
-    assert type(off.trainer(model(), DATA, train_config(), big)) is Trainer
+    assert zerogpu.route(off.trainer(model(), DATA, train_config(), big)) is None
     assert off.training_device(big) == "auto" and off.training_device(small) == "cpu"
     trainer = on.trainer(model(), DATA, train_config(device="auto"), big)
-    assert isinstance(trainer, ZeroGPUTrainer) and trainer.device.type == "cpu"  # its own copy stays on the CPU
-    assert type(on.trainer(model(), DATA, train_config(), small)) is Trainer
+    assert zerogpu.route(trainer) is not None and trainer.device.type == "cpu"  # its own copy stays on the CPU
+    assert zerogpu.route(on.trainer(model(), DATA, train_config(), small)) is None
     assert on.training_device(big) == "cpu"  # on ZeroGPU, torch's "CUDA is here" is not true in this process
 
 

@@ -24,6 +24,7 @@ import torch  # noqa: E402
 from core.data import CORPORA, TokenData  # noqa: E402
 from core.model import GPT  # noqa: E402
 from core.movie import AttentionMovie, induction_onset  # noqa: E402
+from core.observers import AttentionProbe, standard  # noqa: E402
 from core.presets import get_preset, preset_configs, preset_corpus  # noqa: E402
 from core.train import Trainer  # noqa: E402
 
@@ -43,8 +44,8 @@ def run(preset: str, seed: int, every: int) -> dict:
     data = TokenData.from_text(text, tokenizer, model_config.block_size,
                                answer_after=CORPORA[get_preset(preset).corpus].answer_after)
     model = GPT(model_config, generator=torch.Generator().manual_seed(seed))
-    trainer = Trainer(model, data, train_config, tokenizer=tokenizer)
-    movie = AttentionMovie(trainer.probe_ids, every=every)
+    trainer, snapshots = Trainer(model, data, train_config, observers=standard(train_config)), AttentionProbe()
+    movie = AttentionMovie(snapshots.probe_ids(trainer), every=every)
     losses, accuracy_step = [], None
     for event in trainer.run():
         if event.done:
@@ -53,7 +54,7 @@ def run(preset: str, seed: int, every: int) -> dict:
         if accuracy_step is None and event.answer_accuracy is not None and event.answer_accuracy > 0.5:
             accuracy_step = event.step
         if movie.wants(event.step) or event.step == train_config.max_iters:
-            movie.add(event.step, trainer.probe_attention())
+            movie.add(event.step, snapshots.attention(trainer))
     return dict(seed=seed, onset=induction_onset(movie), accuracy=accuracy_step, fall=steepest_fall(losses),
                 frames=len(movie.frames), kib=movie.nbytes / 1024, every=movie.every)
 

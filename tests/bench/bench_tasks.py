@@ -50,6 +50,7 @@ from core.attention import is_induction_head, probe_induction  # noqa: E402
 from core.attribution import patch  # noqa: E402
 from core.data import CORPORA, Task, TokenData  # noqa: E402
 from core.model import GPT  # noqa: E402
+from core.observers import standard  # noqa: E402
 from core.presets import PRESETS, preset_configs, preset_corpus  # noqa: E402
 from core.sample import generate  # noqa: E402
 from core.tokenizers import Tokenizer  # noqa: E402
@@ -243,7 +244,7 @@ def run(name: str, overrides: dict, n_questions: int) -> None:
     model = GPT(model_config, generator=torch.Generator().manual_seed(train_config.seed))
     newline, separator = tokenizer.encode("\n" + CORPORA[task].answer_after)
     phase_change = None
-    for event in Trainer(model, data, train_config).run():
+    for event in Trainer(model, data, train_config, observers=standard(train_config)).run():
         if event.val_loss is not None and not event.done:
             accuracy, score, per_query, best = measure(task, model.eval(), data.val, newline, separator)
             probe = induction_probe(model)

@@ -74,6 +74,7 @@ def train(preset: str, variant: str, iters: int, threads: int | None, device: st
 
     from core.data import TokenData
     from core.model import GPT
+    from core.observers import standard
     from core.presets import get_preset, preset_configs, preset_corpus
     from core.train import Trainer
 
@@ -87,7 +88,7 @@ def train(preset: str, variant: str, iters: int, threads: int | None, device: st
     )
     data = TokenData.from_text(text, tokenizer, model_config.block_size)
     torch.manual_seed(train_config.seed)
-    trainer = Trainer(GPT(model_config), data, train_config, processes=processes)
+    trainer = Trainer(GPT(model_config), data, train_config, observers=standard(train_config), processes=processes)
     step_times, first_step, last, val_loss = [], None, time.perf_counter(), None
     evaluations, reached = [], None
     for event in trainer.run():

@@ -38,7 +38,7 @@ from core.model import GPT  # noqa: E402
 from core.schedule import FairShare  # noqa: E402
 from core.tokenizers import CharTokenizer  # noqa: E402
 from core.train import Trainer  # noqa: E402
-from playground.zerogpu import Chunk, Update, ZeroGPUTrainer, train_chunk, zero_gpu  # noqa: E402
+from playground.zerogpu import Chunk, Update, ZeroGPU, run, train_chunk, zero_gpu  # noqa: E402
 
 # (label, model): the smallest that goes to the GPU, and the Shakespeare preset as a public server caps it
 MODELS = {
@@ -98,14 +98,15 @@ def main() -> None:
             started = time.perf_counter()
             list(plain.run(plain.step + 1))
             steps_s.append(time.perf_counter() - started)
-        chunked = ZeroGPUTrainer(model, data, config, gpu=gpu, turns=FairShare(1), chunk_s=0.0, share=None)
+        route = ZeroGPU(data, config, gpu=gpu, turns=FairShare(1), chunk_s=0.0)
+        chunked = Trainer(model, data, config, observers=[route])
         chunked.load_state_dict(plain.state_dict())
         calls_s, before = [], len(spaces.calls)
         for _ in range(args.calls):  # one step in a GPU call: a worker forked, the chunk there and back
             started = time.perf_counter()
-            list(chunked.run(chunked.step + 1))
+            list(run(chunked, chunked.step + 1))
             calls_s.append(time.perf_counter() - started)
-        assert len(spaces.calls) - before == args.calls and chunked.refusal is None
+        assert len(spaces.calls) - before == args.calls and route.refusal is None
         step, call = statistics.median(steps_s), statistics.median(calls_s)
         print(f"  one step here {step * 1e3:.0f} ms; one step in a GPU call {call * 1e3:.0f} ms (median of {args.calls}): "
               f"a call costs {max(0.0, call - step) * 1e3:.0f} ms beyond its steps, "

@@ -16,6 +16,7 @@ import gradio as gr
 
 from core.attention import STRONG_PATTERN, induction_heads, induction_verdict_scores
 from core.movie import INDUCTION, MOVIE_BYTES, AttentionMovie, evenly, induction_onset, movie_gif
+from core.observers import default_probe
 from core.tokenizers import Tokenizer, token_labels
 from core.train import Trainer
 from playground import validate
@@ -140,13 +141,13 @@ class ReplayHandlers:
 def movie_for_run(movie: AttentionMovie | None, trainer: Trainer, until: int) -> AttentionMovie | None:
     """The run's attention movie: the model's own, continued, or a new one; None where the model has no
     attention or one snapshot of it would not fit the movie's memory."""
-    config = trainer.model.config
+    config, probe_ids = trainer.model.config, default_probe(trainer)
     if not config.use_attention or config.n_layer == 0:
         return None
-    if 2 * config.n_layer * config.n_head * len(trainer.probe_ids) ** 2 > MOVIE_BYTES:  # float16 maps
+    if 2 * config.n_layer * config.n_head * len(probe_ids) ** 2 > MOVIE_BYTES:  # float16 maps
         return None
-    if movie is None or movie.probe_ids != trainer.probe_ids:
-        movie = AttentionMovie(trainer.probe_ids, max_bytes=MOVIE_BYTES)
+    if movie is None or movie.probe_ids != probe_ids:
+        movie = AttentionMovie(probe_ids, max_bytes=MOVIE_BYTES)
     movie.every = max(movie.every, until // MOVIE_FRAMES, 1)  # a longer run: rarer snapshots
     return movie
 

@@ -25,9 +25,10 @@ from core.attention import probe_induction
 from core.config import GPTConfig, TrainConfig, stage_of
 from core.data import CORPORA, DataError, TokenData, corpus_text, default_tokenizer, load_shakespeare
 from core.model import GPT
+from core.observers import AttentionProbe, Samples
 from core.tokenizers import Tokenizer, token_labels, tokenizer_from_spec
 from core.train import Trainer
-from playground import validate
+from playground import validate, zerogpu
 from playground.context import AppContext
 from playground.figures.attention import live_heatmap
 from playground.figures.training import loss_figure, note_plot
@@ -39,7 +40,6 @@ from playground.tabs.train.form import (
     BREAK_IT, MODEL_FIELDS, NORM_NAMES, FormRules, Recipe, TrainForm, takes_the_form,
 )
 from playground.tabs.train.replay import NO_SCORES, movie_for_run, movie_note, scores_plot, snapshot_due
-from playground.zerogpu import ZeroGPUTrainer
 
 # Live samples and attention maps run the model (a 120-token sample costs as much as several
 # steps): each run spends at most this fraction of its training's own compute time on them (less
@@ -224,18 +224,20 @@ class RunHandlers:
         described, first = describe(session), True
         share, trained_before, viewing = self.ctx.share, trainer.elapsed, 0.0
         movie, scores, scored_step = session.trained.movie, note_plot(NO_SCORES), None
-        for event in trainer.run(until):
+        tokenizer, probe = session.trained.tokenizer, AttentionProbe()  # the views, taken by the clock below
+        samples, route = Samples(tokenizer), zerogpu.route(trainer)
+        for event in zerogpu.run(trainer, until):
             if session.stop_requested:
                 trainer.stop()
             now, sharing = time.monotonic(), share.members
             slower = slowdown(sharing, share.slots)
             if movie is not None and not event.error and snapshot_due(
                     movie, event, viewing <= VIEW_BUDGET / slower * (trainer.elapsed - trained_before)):
-                with trainer.turn() as granted:  # a snapshot is counted like the live views
+                with share.turn(trainer) as granted:  # a snapshot is counted like the live views
                     started = time.perf_counter()
                     if granted or event.done:  # the last step always has its snapshot, a stopped run's too
-                        probe = probe_induction(trainer.model) if movie.probe_due(event.done) else None
-                        movie.add(event.step, trainer.probe_attention(), probe)
+                        induction = probe_induction(trainer.model) if movie.probe_due(event.done) else None
+                        movie.add(event.step, probe.attention(trainer), induction)
                     viewing += time.perf_counter() - started
             if not event.error and event.val_loss is not None and not event.done:
                 keep()  # encoded here, written by the store's thread: the next step does not wait for it
@@ -252,17 +254,17 @@ class RunHandlers:
             sample_due = finished or (affordable and now - last_sample >= SAMPLE_INTERVAL_S)
             attention_due = finished or (affordable and now - last_attention >= ATTENTION_INTERVAL_S)
             if sample_due or attention_due:
-                with trainer.turn() as granted:  # the model's work takes its turn like a step
+                with share.turn(trainer) as granted:  # the model's work takes its turn like a step
                     started = time.perf_counter()
                     if granted and sample_due:
-                        sample, last_sample = trainer.sample(), now
+                        sample, last_sample = samples.sample(trainer), now
                         session.trained.sample = sample  # kept with the model: a page coming back shows it
                     if granted and attention_due:
-                        attention, last_attention = self._attention_figure(trainer), now
+                        attention, last_attention = self._attention_figure(trainer, probe, tokenizer), now
                     viewing += time.perf_counter() - started
             next_step = TRAINING_NOW
             if event.done:  # the run joins those kept to compare, before the store keeps them, the last sample too
-                compare.record(session, token_labels(trainer.tokenizer, trainer.probe_ids))
+                compare.record(session, token_labels(tokenizer, probe.probe_ids(trainer)))
                 keep()
                 described = describe(session)  # other tabs follow the model once the run ends
                 # said with the status, not seconds later by the followers of the model (issue 36)
@@ -271,18 +273,18 @@ class RunHandlers:
             frames = [] if movie is None else movie.frames
             if frames and frames[-1].step != scored_step:  # drawn again only when a snapshot came
                 scores, scored_step = scores_plot(movie), frames[-1].step
-            where, why = (trainer.where(), trainer.refusal) if isinstance(trainer, ZeroGPUTrainer) else ("", None)
+            where, why = (route.where(), route.refusal) if route is not None else ("", None)
             status = _status(event, sharing, opening if first else "Training", where, why)
             yield self._update(session, status=status, event=event, sample=sample, attention=attention,
                                model_changed=described, movie_note=movie_note(movie, not event.done),
                                scores=scores, next_step=next_step)
             first = False
 
-    def _attention_figure(self, trainer: Trainer):
-        per_layer = trainer.probe_attention()  # per layer (H, T, T); none without attention
+    def _attention_figure(self, trainer: Trainer, probe: AttentionProbe, tokenizer: Tokenizer):
+        per_layer = probe.attention(trainer)  # per layer (H, T, T); none without attention
         if not per_layer:
             return note_plot("This stage has no attention yet: its tokens cannot look at each other.")
-        figure = live_heatmap(torch.stack(per_layer), token_labels(trainer.tokenizer, trainer.probe_ids))
+        figure = live_heatmap(torch.stack(per_layer), token_labels(tokenizer, probe.probe_ids(trainer)))
         return plotly_json(figure.to_json())  # serialised once, though sent with every update
 
     def _update(self, session: Session, *, status: str, event=None, sample=gr.skip(), attention=gr.skip(),
