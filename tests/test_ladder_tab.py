@@ -8,7 +8,7 @@ import time
 import gradio as gr
 import pytest
 
-from conftest import plotted
+from support.app import plotted
 from core.ladder import RUNGS
 from core.data import DataError
 from playground.app import TABS, build_app
