@@ -8,6 +8,7 @@ import json
 import re
 
 import gradio as gr
+import numpy as np
 import pytest
 import torch
 
@@ -161,9 +162,9 @@ def test_pickers_redraw_from_the_kept_analysis(attention_ctx, handlers):
     session = give_model(attention_ctx)
     handlers.analyse("abcab|abcab", "alice")
     expected = attention_maps(session.model, session.attention.ids)
-    large = figure_json(handlers.show_head(1, 2, "alice"))
-    assert "Layer 1, head 2" in large["layout"]["title"]["text"]
-    assert large["data"][0]["z"] is not None
+    large = handlers.show_head(1, 2, "alice")
+    assert "Layer 1, head 2" in large.layout.title.text
+    np.testing.assert_allclose(large.data[0].z, expected[1, 2].numpy(), atol=2e-4)  # that head's map, no other's
     view, note = handlers.show_query(1, 4, "alice")
     assert note.startswith(r"**Head view**, layer 1: \#4 b looks most at")
     hover = [t for t in view.data if t.customdata is not None][0].customdata
