@@ -22,7 +22,8 @@ server's caps), bounds everything after. Each file is read with a hard cap deriv
 its peak a load holds the weights twice (the file's bytes and the tensors), never a throwaway initialisation.
 
 Safetensors bytes are read by `core.tensorfile` (the one header reader). Never imports the training loop
-(a training state is a plain dict here), the movie or the runs (the app's), gradio, plotly or `playground`.
+(a training state is a plain dict here), the movie or the runs (`playground.kept` keeps those beside a
+checkpoint), gradio, plotly or `playground`.
 """
 
 from __future__ import annotations
