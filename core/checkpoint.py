@@ -7,8 +7,9 @@ A checkpoint is a folder (or a .zip of the same two files, for downloads and upl
     trainer.safetensors optional: what training needs to go on exactly where it stopped (AdamW's
                         moments, the batch and dropout random states; the step, elapsed time, loss
                         curve and optimizer settings as JSON in the file's metadata)
-    runs.safetensors    optional, the app's state store keeps them with each session's model: the runs
-    movie.safetensors   kept to compare (`core.runs.encode_runs`) and the attention movie (`core.movie`)
+
+A caller may keep files of its own beside these (`write_archive` of more files, `read_extra` of them,
+with the same caps and checks); the app keeps its runs to compare and its attention movie so.
 
 Everything read is checked, and any problem (bad JSON, a missing or extra tensor, a wrong
 shape, NaN or infinite values, a truncated file, an oversized file or zip member) is a
@@ -20,7 +21,9 @@ server's caps), bounds everything after. Each file is read with a hard cap deriv
 `trainer_bytes`), and the model is built on the meta device with the loaded tensors as its parameters: at
 its peak a load holds the weights twice (the file's bytes and the tensors), never a throwaway initialisation.
 
-Never imports the training loop (a training state is a plain dict here), gradio, plotly or `playground`.
+Safetensors bytes are read by `core.tensorfile` (the one header reader). Never imports the training loop
+(a training state is a plain dict here), the movie or the runs (`playground.kept` keeps those beside a
+checkpoint), gradio, plotly or `playground`.
 """
 
 from __future__ import annotations
@@ -39,15 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load as load_safetensors_bytes
-from safetensors.torch import save as save_safetensors_bytes
 
 from core.config import GPTConfig
 from core.jsonvalues import as_float, clipped, is_count, param_groups_problem, shown
 from core.model import GPT
-from core.movie import ENCODED_MOVIE_BYTES, AttentionMovie, decode_movie
-from core.runs import ENCODED_RUNS_BYTES, RunLog, decode_runs
+from core.tensorfile import TensorFileError, pack, unpack
 from core.tokenizers import Tokenizer, tokenizer_from_spec
 
 FORMAT = "attention-playground-checkpoint"
@@ -55,8 +54,6 @@ VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TRAINER_FILE = "trainer.safetensors"
-RUNS_FILE = "runs.safetensors"
-MOVIE_FILE = "movie.safetensors"
 MAX_WEIGHTS_BYTES = 2 << 30  # 2 GiB: GPT-2 small in float32 is 0.5 GiB
 MAX_CONFIG_BYTES = 4 << 20  # a character vocabulary is small; 4 MiB is generous
 MAX_TRAINER_BYTES = 2 * MAX_WEIGHTS_BYTES + (64 << 20)  # two moments per weight, plus the curve
@@ -114,7 +111,7 @@ def encode_trainer_state(state: dict) -> bytes:
         metadata = {"trainer": json.dumps(info, allow_nan=True)}  # a diverged run's curve may hold NaN
     except (TypeError, ValueError) as error:
         raise ValueError(f"the training state is not plain JSON data: {error}") from None
-    return save_safetensors_bytes(tensors, metadata=metadata)
+    return pack(tensors, metadata)
 
 
 def save(path: str | Path, model: GPT, tokenizer: Tokenizer, meta: dict | None = None,
@@ -142,28 +139,31 @@ class Encoded:
     config: bytes
     weights: bytes
     trainer: bytes | None = None
-    runs: bytes | None = None  # core.runs.encode_runs
-    movie: bytes | None = None  # core.movie.encode_movie
 
     @property
     def files(self) -> dict[str, bytes | None]:
-        return {CONFIG_FILE: self.config, WEIGHTS_FILE: self.weights, TRAINER_FILE: self.trainer, RUNS_FILE: self.runs,
-                MOVIE_FILE: self.movie}
+        return {CONFIG_FILE: self.config, WEIGHTS_FILE: self.weights, TRAINER_FILE: self.trainer}
 
     def write_archive(self, path: str | Path, compress: bool = True) -> Path:
-        """Write it as one .zip file (suffix added if missing), atomically; returns its path. Without
-        `compress` it is written 200x faster and 20% larger (float weights hardly compress)."""
-        archive = Path(path)
-        if archive.suffix != ".zip":
-            archive = archive.with_name(archive.name + ".zip")
-        archive.parent.mkdir(parents=True, exist_ok=True)
-        packed = io.BytesIO()
-        with zipfile.ZipFile(packed, "w", compression=zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as zf:
-            for name, data in self.files.items():
-                if data is not None:
-                    zf.writestr(name, data)
-        _write_atomic(archive, packed.getvalue())
-        return archive
+        """Write it as one .zip file (suffix added if missing), atomically; returns its path."""
+        return write_archive(path, self.files, compress)
+
+
+def write_archive(path: str | Path, files: dict[str, bytes | None], compress: bool = True) -> Path:
+    """Write `files` (a checkpoint's, and any the caller keeps beside them; None: left out) as one .zip file
+    (suffix added if missing), atomically; returns its path. Without `compress` it is written 200x faster
+    and 20% larger (float weights hardly compress)."""
+    archive = Path(path)
+    if archive.suffix != ".zip":
+        archive = archive.with_name(archive.name + ".zip")
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w", compression=zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as zf:
+        for name, data in files.items():
+            if data is not None:
+                zf.writestr(name, data)
+    _write_atomic(archive, packed.getvalue())
+    return archive
 
 
 def encode(model: GPT, tokenizer: Tokenizer, meta: dict | None = None, trainer_state: dict | None = None) -> Encoded:
@@ -177,7 +177,7 @@ def encode(model: GPT, tokenizer: Tokenizer, meta: dict | None = None, trainer_s
     except (TypeError, ValueError) as error:
         raise ValueError(f"meta must be plain JSON data (numbers, strings, lists, dicts): {error}") from None
     weights = {name: t.detach().to("cpu", torch.float32).contiguous() for name, t in _unique_state(model).items()}
-    return Encoded(config, save_safetensors_bytes(weights),
+    return Encoded(config, pack(weights),
                    None if trainer_state is None else encode_trainer_state(trainer_state))
 
 
@@ -241,7 +241,8 @@ def load(path: str | Path, *,
         if check_config is not None:
             check_config(config)
         # The file's bytes live only while safetensors parses them: never beside the model.
-        tensors = _parse_weights(_required(source, WEIGHTS_FILE, weights_bytes(config)))
+        limit = weights_bytes(config)
+        tensors = _parse_weights(_required(source, WEIGHTS_FILE, limit), limit)
     return _assemble(config, tensors), tokenizer, meta
 
 
@@ -386,11 +387,11 @@ def check_history(rows: object, max_rows: int = MAX_HISTORY_ROWS) -> list[dict]:
     return clean
 
 
-def _parse_weights(data: bytes) -> dict[str, torch.Tensor]:
+def _parse_weights(data: bytes, limit: int) -> dict[str, torch.Tensor]:
     try:
-        return load_safetensors_bytes(data)
-    except (SafetensorError, ValueError, RuntimeError) as error:
-        raise CheckpointError(f"{WEIGHTS_FILE} is damaged or truncated ({clipped(str(error), 200)})") from None
+        return unpack(data, limit)[0]
+    except TensorFileError as error:
+        raise CheckpointError(f"{WEIGHTS_FILE} is damaged or truncated ({error})") from None
 
 
 def _assemble(config: GPTConfig, tensors: dict[str, torch.Tensor]) -> GPT:
@@ -441,28 +442,20 @@ def load_trainer_state(path: str | Path, *, config: GPTConfig | None = None,
     return None if data is None else decode_trainer_state(data, max_history)
 
 
-def load_kept(path: str | Path, config: GPTConfig) -> tuple[RunLog | None, AttentionMovie | None]:
-    """The runs to compare and the attention movie kept beside a `config` model (`Encoded`), each or None."""
-    kept = []
+def read_extra(path: str | Path, name: str, limit: int) -> bytes | None:
+    """A file the caller keeps beside a checkpoint (`write_archive`), from its folder or .zip, read with the
+    hard cap `limit` as the checkpoint's own files are (a CheckpointError if not); None if absent."""
     with _opened(Path(path)) as source:
-        for name, limit, decode in ((RUNS_FILE, ENCODED_RUNS_BYTES, decode_runs),
-                                    (MOVIE_FILE, ENCODED_MOVIE_BYTES, lambda data: decode_movie(data, config))):
-            data = _read(source, name, limit)
-            try:
-                kept.append(None if data is None else decode(data))
-            except ValueError as error:
-                raise CheckpointError(f"{name}: {error}") from None
-    return kept[0], kept[1]
+        return _read(source, name, limit)
 
 
 def decode_trainer_state(data: bytes, max_history: int = MAX_HISTORY_ROWS) -> dict:
     """The inverse of `encode_trainer_state`, with every field checked (a `CheckpointError` if not)."""
     damaged = f"{TRAINER_FILE} is damaged or truncated"
     try:
-        tensors = load_safetensors_bytes(data)
-        header = json.loads(data[8: 8 + int.from_bytes(data[:8], "little")])  # safetensors: length, JSON header
-        info = json.loads(header["__metadata__"]["trainer"])
-    except (SafetensorError, ValueError, RuntimeError, KeyError, TypeError, RecursionError) as error:
+        tensors, metadata = unpack(data, MAX_TRAINER_BYTES)  # its caller read it with a model's own cap
+        info = json.loads(metadata["trainer"])
+    except (ValueError, KeyError, RecursionError) as error:  # TensorFileError is a ValueError
         raise CheckpointError(f"{damaged} ({clipped(str(error), 200)})") from None
     if not isinstance(info, dict):
         raise CheckpointError(f"{damaged}: its metadata is not a JSON object")

@@ -40,11 +40,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
-from safetensors.torch import load as load_safetensors_bytes
-from safetensors.torch import save as save_safetensors_bytes
 
 from core.attention import induction_heads, induction_verdict_scores, pattern_scores
 from core.config import GPTConfig
+from core.tensorfile import pack, unpack
 
 MOVIE_BYTES = 2 * 2**20  # a session's snapshots: 2 MiB (sixty learners: 120 MiB at most)
 # The maps; each frame's probe scores (4 bytes a head, at most 2 / T² of the maps' bytes: a quarter for a probe
@@ -165,22 +164,19 @@ def encode_movie(movie: AttentionMovie) -> bytes:
                "steps": torch.tensor([frame.step for frame in movie.frames], dtype=torch.int64),
                "probe": torch.stack([unmeasured if f.probe is None else f.probe for f in movie.frames]).contiguous()}
     metadata = {"probe_ids": json.dumps(movie.probe_ids), "every": str(movie.every), "max_bytes": str(movie.max_bytes)}
-    return save_safetensors_bytes(tensors, metadata=metadata)
+    return pack(tensors, metadata)
 
 
 def decode_movie(data: bytes, config: GPTConfig) -> AttentionMovie:
     """The inverse of `encode_movie`, every field checked, against the model (`config`) it belongs to too:
     a ValueError names the first that is wrong."""
-    if len(data) > ENCODED_MOVIE_BYTES:
-        raise ValueError(f"the movie takes {len(data):,} bytes; at most {ENCODED_MOVIE_BYTES:,} are read")
     try:
-        tensors = load_safetensors_bytes(data)
-        metadata = json.loads(data[8: 8 + int.from_bytes(data[:8], "little")])["__metadata__"]
+        tensors, metadata = unpack(data, ENCODED_MOVIE_BYTES)
         probe_ids, every = json.loads(metadata["probe_ids"]), int(metadata["every"])
         max_bytes = int(metadata["max_bytes"])
         maps, steps = tensors.pop("maps"), tensors.pop("steps")
         probes = tensors.pop("probe", None)  # a movie stored before the probe scores were kept has none
-    except Exception as error:  # safetensors, JSON, int() and a missing key each raise their own kinds
+    except (ValueError, KeyError, RecursionError) as error:  # the file (TensorFileError), JSON, int(), a missing key
         raise ValueError(f"the movie is damaged ({type(error).__name__}: {str(error)[:200]})") from None
     if tensors or maps.dtype != torch.float16 or steps.dtype != torch.int64 or maps.dim() != 5 or steps.dim() != 1:
         raise ValueError("the movie's tensors are not (snapshots, layers, heads, tokens, tokens) float16 maps "

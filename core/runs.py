@@ -24,11 +24,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-from safetensors.torch import load as load_safetensors_bytes
-from safetensors.torch import save as save_safetensors_bytes
 
 from core.attention import entropy_bits
 from core.config import GPTConfig
+from core.tensorfile import pack, unpack
 
 RUNS_KEPT = 4
 RUNS_BYTES = 2 * 2**20  # every kept run's attention together (sixty learners: 120 MiB at most)
@@ -161,19 +160,15 @@ def encode_runs(runs: RunLog) -> bytes:
     tensors = {f"attention.{r.number}": r.attention.contiguous() for r in runs.records if r.attention is not None}
     metadata = {"runs": json.dumps(records, allow_nan=True), "numbered": str(runs._numbered),
                 "max_runs": str(runs.max_runs)}
-    return save_safetensors_bytes(tensors, metadata=metadata)
+    return pack(tensors, metadata)
 
 
 def decode_runs(data: bytes) -> RunLog:
     """The inverse of `encode_runs`, every field checked (ValueError names the first that is wrong)."""
-    if len(data) > ENCODED_RUNS_BYTES:
-        raise ValueError(f"the runs take {len(data):,} bytes; at most {ENCODED_RUNS_BYTES:,} are read")
     try:
-        tensors = load_safetensors_bytes(data)
-        header = json.loads(data[8: 8 + int.from_bytes(data[:8], "little")])  # safetensors: length, JSON header
-        metadata = header["__metadata__"]
+        tensors, metadata = unpack(data, ENCODED_RUNS_BYTES)
         records, numbered, max_runs = json.loads(metadata["runs"]), int(metadata["numbered"]), int(metadata["max_runs"])
-    except Exception as error:  # safetensors, JSON and int() each raise their own kinds
+    except (ValueError, KeyError, RecursionError) as error:  # the file (TensorFileError), JSON, int(), a missing key
         raise ValueError(f"the runs are damaged ({type(error).__name__}: {str(error)[:200]})") from None
     if not 1 <= max_runs <= RUNS_KEPT or not isinstance(records, list) or len(records) > max_runs:
         raise ValueError(f"the runs hold {len(records) if isinstance(records, list) else 'no list of'} runs; "

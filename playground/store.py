@@ -4,7 +4,7 @@ that slept), in a local folder or any `fsspec` URL several servers share.
     store = open_store(url, budget_bytes)        # None when off ("off") or unusable (logged)
     token = store.tokens.new()                   # server-made and signed; the browser keeps it (BrowserState)
     token = store.tokens.verified(value)         # what a browser sent back: the token, or None
-    store.writer.submit(token, encoded)          # a core.checkpoint.Encoded: written in the background
+    store.writer.submit(token, kept)             # a playground.kept.Kept: written in the background
     path = store.fetch(token, into=folder)       # the latest archive, or None
     code = store.carry_code(token)               # a short code another browser pastes to take the model
     token = store.redeem(code)                   # ... and what it gives that browser: the token, or None
@@ -60,7 +60,7 @@ from pathlib import Path
 
 import fsspec
 
-from core.checkpoint import Encoded
+from playground.kept import Kept
 
 log = logging.getLogger("playground")
 SECRET = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32): the form of the store's secrets
@@ -367,17 +367,17 @@ class Writer:
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
-        self._waiting: dict[str, Encoded] = {}
+        self._waiting: dict[str, Kept] = {}
         self._busy = 0  # archives being written now
         self._changed = threading.Condition()
         threading.Thread(target=self._loop, name="state-store-writer", daemon=True).start()
 
-    def submit(self, token: str, encoded: Encoded) -> None:
-        """Write `encoded` as the token's entry soon; returns at once."""
+    def submit(self, token: str, kept: Kept) -> None:
+        """Write `kept` as the token's entry soon; returns at once."""
         if not self.store.working:
             return
         with self._changed:
-            self._waiting[token] = encoded
+            self._waiting[token] = kept
             self._changed.notify_all()
 
     def flush(self, timeout: float = 30.0) -> bool:
@@ -390,13 +390,13 @@ class Writer:
             with self._changed:
                 self._changed.wait_for(lambda: self._waiting)
                 token = next(iter(self._waiting))
-                encoded = self._waiting.pop(token)
+                kept = self._waiting.pop(token)
                 self._busy += 1
             try:
                 with tempfile.TemporaryDirectory(prefix="state-store-") as folder:
                     # uncompressed: deflating a default model's 0.7 MB costs 90 ms of a core, at every evaluation
                     # of every learner in the room; storing it, under 1 ms
-                    self.store.put(token, encoded.write_archive(Path(folder) / "state.zip", compress=False))
+                    self.store.put(token, kept.write_archive(Path(folder) / "state.zip", compress=False))
             except Exception as error:  # a full disk, no permission: memory only from now on, said once
                 self.store._switch_off(f"writing failed ({type(error).__name__}: {error})")
                 with self._changed:

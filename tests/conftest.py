@@ -1,7 +1,6 @@
-"""Shared test setup: offline data, fixed seeds, a running app, a headless browser."""
+"""Shared test setup and every shared fixture: offline data, fixed seeds, a running app, a headless browser,
+the tabs' handlers, tiny pretrained models. Helpers that are not fixtures live in tests/support/."""
 
-import contextlib
-import dataclasses
 import hashlib
 import os
 import random
@@ -14,8 +13,8 @@ import pytest
 import torch
 
 import core.data
-
-REPO = Path(__file__).resolve().parent.parent
+from support.app import REPO, serve
+from support.browser import CHROMIUM_ARGS, SCREENSHOTS, find_chromium, new_page
 # Tests never reach the Hugging Face Hub either: a test that reads GPT-2 points the app at a tiny
 # folder it made, and anything else asking for "gpt2" gets core.pretrained's offline message at once.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -103,48 +102,6 @@ def _one_torch_thread():
 # ---------------------------------------------------------------- a running app (integration, browser)
 
 
-def plotted(value):
-    """A gr.Plot value as a plotly Figure to inspect, whether a handler built a Figure or its JSON."""
-    import json
-
-    import plotly.graph_objects as go
-
-    return go.Figure(json.loads(value.plot)) if hasattr(value, "plot") else value
-
-
-def api_client(url: str):
-    """A gradio_client Client with room for a slow host: its own uploads would time out after httpx's 5 s."""
-    from gradio_client import Client
-    return Client(url, verbose=False, httpx_kwargs={"timeout": 60})
-
-
-def free_port() -> int:
-    """A port the OS says is free right now."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def serve(settings=None, port: int | None = None):
-    """The whole app launched on `port` (a free one if None) for the block: yields (demo, url)."""
-    from playground.app import build_app, launch_kwargs
-    from playground.settings import Settings
-
-    settings = settings or Settings.from_env({})
-    if settings.state_dir == Settings.from_env({}).state_dir:  # never the user's own store: one per server
-        settings = dataclasses.replace(settings, state_dir=tempfile.mkdtemp(prefix="state-store-"))
-    demo = build_app(settings)
-    port = port or free_port()
-    demo.launch(**launch_kwargs(settings, port=port), prevent_thread_lock=True, quiet=True)
-    try:
-        yield demo, f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
-
-
 @pytest.fixture(scope="session")
 def running_app():
     """The app launched once, shared by the integration and browser tests: (demo, url).
@@ -157,28 +114,6 @@ def running_app():
 
 
 # ---------------------------------------------------------------- headless Chromium (whichever is here)
-
-CHROMIUM_ENV = "PLAYGROUND_CHROMIUM"  # a Chromium or Chrome to use, by its path
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")  # on PATH
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-dev-shm-usage"]
-SCREENSHOTS = REPO / "tests" / "screenshots"  # git-ignored: for a person to look at
-
-
-def find_chromium(bundled: str = "") -> str:
-    """The Chromium the browser tests drive: $PLAYGROUND_CHROMIUM if set, else the first of CHROMIUM_NAMES
-    on PATH, else `bundled` (Playwright's own download, `chromium.executable_path`) if it is there.
-    LookupError, in one line that says how to get one, when there is none."""
-    named = os.environ.get(CHROMIUM_ENV)
-    on_path = (shutil.which(name) for name in CHROMIUM_NAMES)
-    found = named or next((path for path in on_path if path), None) or bundled
-    if found and Path(found).is_file():
-        return found
-    looked = (f"{CHROMIUM_ENV}={named} is not a file" if named
-              else f"looked for ${CHROMIUM_ENV}, then {', '.join(CHROMIUM_NAMES)} on PATH, then Playwright's own")
-    raise LookupError(f"the browser tests need Chromium or Chrome and found none ({looked}): install one "
-                      "(apt-get install chromium, dnf install chromium, brew install --cask chromium, or "
-                      f".venv/bin/playwright install chromium) or set {CHROMIUM_ENV} to its path")
 
 
 @pytest.fixture(scope="session")
@@ -201,3 +136,67 @@ def browser(playwright_api):
     chromium = playwright_api.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
     yield chromium
     chromium.close()
+
+
+@pytest.fixture
+def open_page(running_app, browser):
+    """Open the app in new pages (`open_page(width, height)`); they close after the test."""
+    pages = []
+
+    def opener(width: int = 1366, height: int = 900):
+        pages.append(new_page(browser, running_app[1], width, height))
+        return pages[-1]
+
+    yield opener
+    for page in pages:
+        page.close()
+
+
+# ---------------------------------------------------------------- the tabs' handlers as plain functions
+
+
+@pytest.fixture
+def ctx():
+    """The Train and Generate tabs' context (`support.handlers.make_ctx`)."""
+    from support.handlers import make_ctx
+
+    return make_ctx()
+
+
+@pytest.fixture
+def train(ctx):
+    from playground.tabs.train import TrainHandlers
+
+    return TrainHandlers(ctx)
+
+
+@pytest.fixture
+def attention_ctx():
+    """The Attention tab's context, analyses capped at 20 tokens."""
+    from support.handlers import make_attention_ctx
+
+    return make_attention_ctx(max_attention_tokens=20)
+
+
+@pytest.fixture
+def handlers(attention_ctx):
+    from playground.tabs.attention import AttentionHandlers
+
+    return AttentionHandlers(attention_ctx)
+
+
+# ---------------------------------------------------------------- tiny pretrained models, saved once
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_folder(tmp_path_factory) -> str:
+    from support.models import save_tiny_gpt2
+
+    return save_tiny_gpt2(tmp_path_factory.mktemp("tiny-gpt2"))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_folder(tmp_path_factory) -> str:
+    from support.models import saved, tiny_llama
+
+    return saved(tiny_llama(), tmp_path_factory.mktemp("tiny-llama"))

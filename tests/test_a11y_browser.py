@@ -8,11 +8,9 @@ recoloured charts are photographed into tests/screenshots/ (git-ignored) for a p
 
 import pytest
 from axe_playwright_python.base import AXE_SCRIPT
-from conftest import SCREENSHOTS
 
 from playground.app import TABS
-from test_browser import assert_no_errors, open_tab, set_number
-from test_train_browser import new_page
+from support.browser import SCREENSHOTS, assert_no_errors, new_page, open_tab, set_number
 
 pytestmark = pytest.mark.browser
 LAPTOP, PHONE = {"width": 1366, "height": 900}, {"width": 390, "height": 844}

@@ -12,7 +12,6 @@ import gradio as gr
 import pytest
 import torch
 
-from conftest import REPO, plotted
 from core.data import CORPORA
 from playground.app import build_app, launch_kwargs
 from playground.context import AppContext
@@ -20,32 +19,12 @@ from playground.sessions import SessionRegistry
 from playground.settings import Settings
 from playground.tabs.generate import COLOR_MAP, GenerateHandlers
 from core.presets import PRESETS
+from core.observers import Samples
 from playground.tabs.train import TrainHandlers
 from playground.tabs.train.form import FORM_FIELDS, FormRules, TrainForm
 from playground.tabs.train.link import preset_values
-
-SETTINGS = Settings(max_layers=3, max_heads=4, max_embd=64, max_block_size=32, max_batch_size=16,
-                    max_params=200_000, max_iters=2000, max_new_tokens=100, max_prompt_chars=200)
-# A tiny model on the copy task: about 2 ms a step.
-FORM = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_layer=1, n_head=2, n_embd=16,
-            block_size=16, dropout=0.0, causal=True, scale_attention=True, use_position_embedding=True,
-            steps=20, batch_size=8, learning_rate=3e-3, seed=1, warmup=2,
-            eval_interval=10, weight_decay=0.01, grad_clip=1.0, text="", upload=None,
-            position="learned", norm="layernorm", activation="gelu", n_kv_head=0, window=0)
-
-
-def make_ctx() -> AppContext:
-    return AppContext(settings=SETTINGS, registry=SessionRegistry(10**9, 600), model_changed=None, tabs=None)
-
-
-@pytest.fixture
-def ctx():
-    return make_ctx()
-
-
-@pytest.fixture
-def train(ctx):
-    return TrainHandlers(ctx)
+from support.app import FORM, REPO, plotted
+from support.handlers import SETTINGS, make_ctx, run_train
 
 
 @pytest.fixture
@@ -61,12 +40,6 @@ def trained():
     train = TrainHandlers(ctx)
     run_train(train)
     return ctx, train, GenerateHandlers(ctx)
-
-
-def run_train(train, session="a", **changes):
-    """All the updates of one /train call: (status, progress, loss figure, sample, attention, model_changed,
-    movie note, head scores, what Train will do)."""
-    return list(train.run.train(**{**FORM, **changes}, request=session))
 
 
 def weights(model):
@@ -94,7 +67,8 @@ def test_train_streams_live_updates_and_keeps_the_model(train, ctx):
     assert list(train_line.x) == list(range(1, 21)) and list(val_line.x) == [10, 20]
     assert list(answer_line.x) == [10, 20] and answer_line.name == "answers (val)"  # the copy task's answers
     assert "Answers (the half of each line that can be learned)" in progress and "% right" in progress
-    assert isinstance(sample, str) and len(sample) > 0
+    session = ctx.registry.get("a")
+    assert sample and sample == Samples(session.tokenizer).sample(session.trainer)  # the model's own text at step 20 (seeded)
     assert len(plotted(attention).data) == 1 * 2  # one heatmap per layer x head
     assert "A 1-layer model with 2 heads" in changed and "20 steps" in changed
     session = ctx.registry.get("a")

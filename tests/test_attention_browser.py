@@ -6,30 +6,14 @@ Train tab, analyse the copy example, read the headline, the board and the table,
 import re
 
 import pytest
-from conftest import SCREENSHOTS
 from core.presets import get_preset
-from test_browser import assert_no_errors, open_tab, set_number
-from test_train_browser import new_page
+from support.attention_page import (FIGURES, STEPS, TRAINED_TIMEOUT_MS, analyse, analyse_example, assert_titles_clear,
+                                    boxes, figures_drawn, overlaps, trained_page)
+from support.browser import LAPTOP, PHONE, SCREENSHOTS, assert_no_errors, new_page, open_tab, set_number
 
 pytestmark = pytest.mark.browser
-TIMEOUT_MS = 120_000  # generous: other jobs share these 2 cores
-STEPS = 150  # of the default preset's 400: its copying head has formed by then
-EXAMPLE = "qwhzbkad|qwhzbkad"
 LONG_TEXT = "zxqkxtpyegf|umfi" * 2  # the model's whole context: 32 tokens, the most tick labels
-LAPTOP = {"width": 1366, "height": 900}
-PHONE = {"width": 390, "height": 844}
 STANDOUT = re.compile(r"L(\d+) H(\d+) ([a-z-]+) \((\d\.\d\d)\)")
-FIGURES = ("attention-summary", "attention-grid", "attention-large", "attention-view")
-
-
-def trained_page(browser, url: str, **options):
-    """A new learner's page with the default task trained for STEPS steps."""
-    page = new_page(browser, url, **LAPTOP, **options)
-    page.set_default_timeout(TIMEOUT_MS)
-    set_number(page, "Steps", STEPS)
-    page.locator("#train-button").click()
-    page.locator("#train-status").filter(has_text=f"Done: {STEPS} steps").wait_for()
-    return page
 
 
 @pytest.fixture(scope="module")
@@ -38,28 +22,6 @@ def page(running_app, browser):
     page = trained_page(browser, running_app[1])
     yield page
     page.close()
-
-
-def analyse(page, text: str, n_tokens: int) -> None:
-    page.locator("#attention-text textarea").fill(text)
-    page.locator("#attention-run").click()
-    page.locator("#attention-status").get_by_text(f"{n_tokens} tokens", exact=True).wait_for()
-
-
-def analyse_example(page) -> str:
-    """Analyse the copy example; the status text once every figure has drawn."""
-    open_tab(page, "Attention")
-    analyse(page, EXAMPLE[:8], 8)  # a different status first, so the example's cannot be a stale one
-    analyse(page, EXAMPLE, 17)
-    return figures_drawn(page)
-
-
-def figures_drawn(page) -> str:
-    """The status, once every figure has drawn."""
-    for figure in FIGURES:
-        page.locator(f"#{figure} .main-svg").first.wait_for()
-    page.locator("#attention-view .legendtext").first.wait_for()
-    return page.locator("#attention-status").inner_text()
 
 
 def table_rows(page) -> dict[tuple[int, int], list[str]]:
@@ -112,22 +74,6 @@ def assert_table_reads(page, *, all_columns_visible: bool) -> None:
         assert box["x"] - 1 <= column["x"] and column["x"] + column["width"] <= right, (column, box)
 
 
-def overlaps(boxes: list[dict]) -> list[tuple]:
-    """Pairs of boxes {left, right, top, bottom} that overlap by more than a pixel."""
-    return [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
-            if min(a["right"], b["right"]) - max(a["left"], b["left"]) > 1
-            and min(a["bottom"], b["bottom"]) - max(a["top"], b["top"]) > 1]
-
-
-def boxes(page, selector: str) -> list[dict]:
-    """The drawn boxes of the visible elements matching `selector`."""
-    return page.locator(selector).evaluate_all("""nodes => nodes
-        .filter(n => n.getClientRects().length && getComputedStyle(n).display !== 'none'
-                     && getComputedStyle(n).visibility !== 'hidden' && n.textContent.trim())
-        .map(n => { const r = n.getBoundingClientRect();
-                    return {text: n.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom}; })""")
-
-
 def assert_figures_read(page) -> None:
     """No tick label on another; each title clear of the plotly toolbar and Gradio's block label."""
     for figure in ("attention-grid", "attention-large"):
@@ -136,16 +82,6 @@ def assert_figures_read(page) -> None:
             clashes = overlaps(ticks)
             assert ticks and not clashes, (figure, axis, clashes[:3])
     assert_titles_clear(page, FIGURES, (".modebar", "[data-testid=block-label]"))
-
-
-def assert_titles_clear(page, figures, obstacles: tuple[str, ...]) -> None:
-    """Each figure's title clear of what sits in its corner (the toolbar, Gradio's label, buttons)."""
-    for figure in figures:
-        title = boxes(page, f"#{figure} .gtitle")
-        others = [box for selector in obstacles for box in boxes(page, f"#{figure} {selector}")]
-        assert title and others, figure
-        for other in others:
-            assert not overlaps(title + [other]), (figure, title, other)
 
 
 def shoot(page, name: str) -> None:
@@ -210,7 +146,7 @@ def test_the_induction_probe_fits_induction_ropes_context(running_app, browser):
     """induction-rope's model reads 40 tokens (RoPE could read more, but not as trained): at both widths the
     probe writes at most 40, and the analysis has no 'past its training length' warning."""
     page = new_page(browser, running_app[1] + "?preset=induction-rope&steps=5", **LAPTOP)
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(TRAINED_TIMEOUT_MS)
     page.locator("#param-count").filter(has_text="parameters").filter(has_not_text="position embedding").wait_for()
     set_number(page, "Steps", 5)  # the probe's length depends on the model's context, not its training
     page.locator("#train-button").click()

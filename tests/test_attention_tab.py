@@ -8,52 +8,27 @@ import json
 import re
 
 import gradio as gr
+import numpy as np
 import pytest
 import torch
 
 from core.attention import attention_maps, head_view, induction_probe, probe_induction, summarize_heads
 from core.movie import AttentionMovie, induction_onset
-from core.config import GPTConfig, stage_config
+from core.config import stage_config
 from core.data import CORPORA, TokenData
 from core.model import GPT
 from core.observers import AttentionProbe, standard
 from core.presets import preset_configs, preset_corpus
 from core.tokenizers import CharTokenizer, GPT2Tokenizer
 from core.train import Trainer
-from playground.context import AppContext
 from playground.figures import attention as figures
-from playground.sessions import SessionRegistry, TrainedModel
-from playground.settings import Settings
+from playground.sessions import TrainedModel
 from playground.tabs import attention as tab
 from playground.tabs.attention import analysis
 from playground.tabs.train.replay import MOVIE_FRAMES, movie_note
+from support.handlers import VOCAB, give_model, make_attention_ctx
 
-VOCAB = "\n abcdefghijklmnopqrstuvwxyz|"
 PAYLOAD_LIMIT = 2_000_000
-
-
-def make_ctx(**settings) -> AppContext:
-    with gr.Blocks():
-        return AppContext(settings=Settings(**settings), registry=SessionRegistry(10**9, 3600.0),
-                          model_changed=gr.Textbox(), tabs=gr.Tabs())
-
-
-@pytest.fixture
-def ctx():
-    return make_ctx(max_attention_tokens=20)
-
-
-@pytest.fixture
-def handlers(ctx):
-    return tab.AttentionHandlers(ctx)
-
-
-def give_model(ctx, session_id="alice", tokenizer=None, **fields):
-    session = ctx.registry.get(session_id)
-    tokenizer = tokenizer or CharTokenizer(VOCAB)
-    config = dict(vocab_size=tokenizer.vocab_size, block_size=16, n_layer=2, n_head=3, n_embd=24)
-    session.trained = TrainedModel(GPT(GPTConfig(**{**config, **fields})), tokenizer, "a test corpus")
-    return session
 
 
 def figure_json(fig) -> dict:
@@ -63,8 +38,8 @@ def figure_json(fig) -> dict:
 # ---------------------------------------------------------------- analyse
 
 
-def test_analyse_fills_every_output_and_keeps_the_analysis(ctx, handlers):
-    session = give_model(ctx)
+def test_analyse_fills_every_output_and_keeps_the_analysis(attention_ctx, handlers):
+    session = give_model(attention_ctx)
     status, grid, summary, table, layer, head, query, large, view, view_note = handlers.analyse("abcab|abcab", "alice")
     assert "**11 tokens**, 2 layer(s) x 3 head(s)" in status
     assert len(figure_json(grid)["data"]) == 6  # every layer x head
@@ -77,8 +52,8 @@ def test_analyse_fills_every_output_and_keeps_the_analysis(ctx, handlers):
     assert session.job_name is None  # the job lock was released
 
 
-def test_analyse_opens_the_most_distinctive_head(ctx, handlers):
-    session = give_model(ctx)
+def test_analyse_opens_the_most_distinctive_head(attention_ctx, handlers):
+    session = give_model(attention_ctx)
 
     def previous_token_head(module, inputs, pattern):  # layer 1, head 2 becomes a textbook head
         pattern = pattern.clone()
@@ -96,15 +71,15 @@ def test_analyse_opens_the_most_distinctive_head(ctx, handlers):
     assert r"layer 1: \#7 h looks most at" in view_note and r"\#6 g in head 2 (1.00)" in view_note  # in words too
 
 
-def test_analyse_says_which_heads_the_probe_found_even_when_nothing_repeats(ctx, handlers):
-    give_model(ctx)  # untrained: no head follows repeats
+def test_analyse_says_which_heads_the_probe_found_even_when_nothing_repeats(attention_ctx, handlers):
+    give_model(attention_ctx)  # untrained: no head follows repeats
     status = handlers.analyse("abcdefg", "alice")[0]
     assert "No induction head: no head past layer 0 follows the repeats" in status
     assert "**Induction probe** writes such a text" in status
 
 
-def test_a_context_too_short_for_the_probe_says_induction_is_untested(ctx, handlers):
-    session = give_model(ctx, block_size=7)
+def test_a_context_too_short_for_the_probe_says_induction_is_untested(attention_ctx, handlers):
+    session = give_model(attention_ctx, block_size=7)
     status = handlers.analyse("abcabc", "alice")[0]
     assert "Induction untested" in status
     assert all(s.probe_induction is None and s.label != "induction" for s in session.attention.summaries)
@@ -116,16 +91,16 @@ def test_a_context_too_short_for_the_probe_says_induction_is_untested(ctx, handl
     ("ABC", "not in this model's vocabulary"),
     ("a", "fewer than 2 tokens"),
 ])
-def test_analyse_rejects_bad_text_and_keeps_the_model(ctx, handlers, text, message):
-    session = give_model(ctx)
+def test_analyse_rejects_bad_text_and_keeps_the_model(attention_ctx, handlers, text, message):
+    session = give_model(attention_ctx)
     model = session.model
     with pytest.raises(gr.Error, match=message):
         handlers.analyse(text, "alice")
     assert session.model is model and session.attention is None and session.job_name is None
 
 
-def test_a_text_longer_than_the_context_is_cut_and_the_status_says_so(ctx, handlers):
-    session = give_model(ctx)
+def test_a_text_longer_than_the_context_is_cut_and_the_status_says_so(attention_ctx, handlers):
+    session = give_model(attention_ctx)
     status, grid, *_ = handlers.analyse("abcdefghijklmnopqrstu", "alice")  # 21 tokens; context 16
     assert "Kept the first 16 of the text's 21 tokens: this model's context is 16 tokens" in status
     assert "**16 tokens**" in status
@@ -133,8 +108,8 @@ def test_a_text_longer_than_the_context_is_cut_and_the_status_says_so(ctx, handl
     assert len(figure_json(grid)["data"][0]["x"]) == 16
 
 
-def test_a_text_longer_than_the_server_shows_is_cut_with_a_hint(ctx, handlers):
-    session = give_model(ctx, block_size=32)  # the context allows it, this server (20 tokens) does not
+def test_a_text_longer_than_the_server_shows_is_cut_with_a_hint(attention_ctx, handlers):
+    session = give_model(attention_ctx, block_size=32)  # the context allows it, this server (20 tokens) does not
     status = handlers.analyse("a" * 25, "alice")[0]
     assert re.search("Kept the first 20 of the text's 25 tokens: this server shows at most 20.*"
                      "PLAYGROUND_MAX_ATTENTION_TOKENS", status)
@@ -143,7 +118,7 @@ def test_a_text_longer_than_the_server_shows_is_cut_with_a_hint(ctx, handlers):
 
 def test_every_example_analyses_on_a_short_context_model():
     """The Shakespeare example has 60 tokens: on a model of context 32 it is cut, not refused."""
-    handlers = tab.AttentionHandlers(make_ctx())
+    handlers = tab.AttentionHandlers(make_attention_ctx())
     tokenizer = CharTokenizer.from_text("".join(analysis.EXAMPLES))
     session = give_model(handlers.ctx, tokenizer=tokenizer, block_size=32)
     for example in analysis.EXAMPLES:
@@ -155,28 +130,28 @@ def test_every_example_analyses_on_a_short_context_model():
     assert session.job_name is None
 
 
-def test_analyse_without_a_model_or_without_attention(ctx, handlers):
+def test_analyse_without_a_model_or_without_attention(attention_ctx, handlers):
     with pytest.raises(gr.Error, match="no model yet"):
         handlers.analyse("abc", "bob")
-    session = ctx.registry.get("carol")
+    session = attention_ctx.registry.get("carol")
     bigram = GPT(stage_config("bigram", vocab_size=len(VOCAB), block_size=16, n_embd=8))
     session.trained = TrainedModel(bigram, CharTokenizer(VOCAB), "a test corpus")
     with pytest.raises(gr.Error, match="no attention layers"):
         handlers.analyse("abc", "carol")
 
 
-def test_analyse_refuses_while_the_session_trains(ctx, handlers):
-    give_model(ctx)
-    with ctx.registry.job("alice", "training"):
+def test_analyse_refuses_while_the_session_trains(attention_ctx, handlers):
+    give_model(attention_ctx)
+    with attention_ctx.registry.job("alice", "training"):
         with pytest.raises(gr.Error, match="already running training"):
             handlers.analyse("abc", "alice")
 
 
-def test_sessions_do_not_see_each_others_analysis(ctx, handlers):
-    give_model(ctx, "alice")
-    give_model(ctx, "bob")
+def test_sessions_do_not_see_each_others_analysis(attention_ctx, handlers):
+    give_model(attention_ctx, "alice")
+    give_model(attention_ctx, "bob")
     handlers.analyse("abcabc", "alice")
-    assert ctx.registry.get("bob").attention is None
+    assert attention_ctx.registry.get("bob").attention is None
     with pytest.raises(gr.Error, match="Analyse a text first"):
         handlers.show_head(0, 0, "bob")
 
@@ -184,13 +159,13 @@ def test_sessions_do_not_see_each_others_analysis(ctx, handlers):
 # ---------------------------------------------------------------- pickers
 
 
-def test_pickers_redraw_from_the_kept_analysis(ctx, handlers):
-    session = give_model(ctx)
+def test_pickers_redraw_from_the_kept_analysis(attention_ctx, handlers):
+    session = give_model(attention_ctx)
     handlers.analyse("abcab|abcab", "alice")
     expected = attention_maps(session.model, session.attention.ids)
-    large = figure_json(handlers.show_head(1, 2, "alice"))
-    assert "Layer 1, head 2" in large["layout"]["title"]["text"]
-    assert large["data"][0]["z"] is not None
+    large = handlers.show_head(1, 2, "alice")
+    assert "Layer 1, head 2" in large.layout.title.text
+    np.testing.assert_allclose(large.data[0].z, expected[1, 2].numpy(), atol=2e-4)  # that head's map, no other's
     view, note = handlers.show_query(1, 4, "alice")
     assert note.startswith(r"**Head view**, layer 1: \#4 b looks most at")
     hover = [t for t in view.data if t.customdata is not None][0].customdata
@@ -204,22 +179,22 @@ def test_pickers_redraw_from_the_kept_analysis(ctx, handlers):
     (float("nan"), 0, "Layer must be a finite number"),
     (0.5, 0, "Layer must be a whole number"),
 ])
-def test_pickers_check_numbers_sent_through_the_api(ctx, handlers, layer, head, message):
-    give_model(ctx)
+def test_pickers_check_numbers_sent_through_the_api(attention_ctx, handlers, layer, head, message):
+    give_model(attention_ctx)
     handlers.analyse("abcabc", "alice")
     with pytest.raises(gr.Error, match=message):
         handlers.show_head(layer, head, "alice")
 
 
-def test_query_picker_checks_the_position(ctx, handlers):
-    give_model(ctx)
+def test_query_picker_checks_the_position(attention_ctx, handlers):
+    give_model(attention_ctx)
     handlers.analyse("abcabc", "alice")
     with pytest.raises(gr.Error, match="Query token must be at most 5"):
         handlers.show_query(0, 6, "alice")
 
 
-def test_table_click_opens_that_head(ctx, handlers):
-    give_model(ctx)
+def test_table_click_opens_that_head(attention_ctx, handlers):
+    give_model(attention_ctx)
     handlers.analyse("abcabc", "alice")
     event = gr.SelectData(None, {"index": [4, 2], "value": "self", "row_value": [1, 1, "self"]})
     layer, head, large = handlers.select_head(event, "alice")
@@ -230,8 +205,8 @@ def test_table_click_opens_that_head(ctx, handlers):
 # ---------------------------------------------------------------- text sources
 
 
-def test_last_generated_text_is_offered_and_cut_to_the_context(ctx, handlers):
-    session = give_model(ctx)
+def test_last_generated_text_is_offered_and_cut_to_the_context(attention_ctx, handlers):
+    session = give_model(attention_ctx)
     with pytest.raises(gr.Error, match="Nothing generated yet"):
         handlers.last_text("alice")
     session.last_text = "hello world"
@@ -240,8 +215,8 @@ def test_last_generated_text_is_offered_and_cut_to_the_context(ctx, handlers):
     assert handlers.last_text("alice") == "klmnopqrstuvwxyz"
 
 
-def test_last_text_of_a_bpe_model_fits_the_context(ctx, handlers):
-    session = give_model(ctx, tokenizer=GPT2Tokenizer())
+def test_last_text_of_a_bpe_model_fits_the_context(attention_ctx, handlers):
+    session = give_model(attention_ctx, tokenizer=GPT2Tokenizer())
     session.last_text = "smile 🙂🙃 " * 12  # emoji are several byte-level tokens each; the cut splits one
     text = handlers.last_text("alice")
     assert 0 < len(session.tokenizer.encode(text)) <= 16
@@ -249,8 +224,8 @@ def test_last_text_of_a_bpe_model_fits_the_context(ctx, handlers):
     handlers.analyse(text, "alice")  # and it analyses without a context error
 
 
-def test_induction_probe_repeats_itself_fits_and_varies_its_length(ctx, handlers):
-    give_model(ctx)
+def test_induction_probe_repeats_itself_fits_and_varies_its_length(attention_ctx, handlers):
+    give_model(attention_ctx)
     lengths = set()
     for _ in range(12):
         text = handlers.probe("alice")
@@ -265,9 +240,9 @@ def test_induction_probe_repeats_itself_fits_and_varies_its_length(ctx, handlers
 @pytest.mark.parametrize("position", ["rope", "alibi", "none"])
 def test_induction_probe_fits_a_context_that_computed_positions_could_pass(position):
     """induction-rope's 40-token model: its positions would read further, but it trained on 40."""
-    ctx = make_ctx(max_attention_tokens=200)
-    handlers = tab.AttentionHandlers(ctx)
-    give_model(ctx, block_size=40, position=position, n_head=2)
+    attention_ctx = make_attention_ctx(max_attention_tokens=200)
+    handlers = tab.AttentionHandlers(attention_ctx)
+    give_model(attention_ctx, block_size=40, position=position, n_head=2)
     lengths = set()
     for _ in range(12):
         text = handlers.probe("alice")
@@ -277,13 +252,13 @@ def test_induction_probe_fits_a_context_that_computed_positions_could_pass(posit
     assert max(lengths) <= 40 and len(lengths) > 1
 
 
-def test_model_changed_marks_an_analysis_stale(ctx, handlers):
-    give_model(ctx)
+def test_model_changed_marks_an_analysis_stale(attention_ctx, handlers):
+    give_model(attention_ctx)
     assert handlers.model_changed("alice") == gr.skip()  # no analysis on screen: the status stays as it is
     handlers.analyse("abcabc", "alice")
     # An Analyse pressed right after a change can finish before the change's event: its status stays.
     assert handlers.model_changed("alice") == gr.skip()
-    give_model(ctx)  # a new model: the analysis on screen is of the old one
+    give_model(attention_ctx)  # a new model: the analysis on screen is of the old one
     assert "press **Analyse**" in handlers.model_changed("alice")
 
 
@@ -308,7 +283,7 @@ def copy_task():
         if movie.wants(event.step) or event.done:
             probe = probe_induction(trainer.model) if movie.probe_due(event.done) else None
             movie.add(event.step, snapshots.attention(trainer), probe)
-    handlers = tab.AttentionHandlers(make_ctx())
+    handlers = tab.AttentionHandlers(make_attention_ctx())
     session = handlers.ctx.registry.get("learner")
     session.trained = TrainedModel(model, tokenizer, "Copy task", movie=movie)
     return handlers, session

@@ -8,10 +8,9 @@ import itertools
 import re
 
 import pytest
-from conftest import SCREENSHOTS
 
 from playground.tabs import baby as tab
-from test_browser import wait_until_fits
+from support.browser import SCREENSHOTS, wait_until_fits
 
 pytestmark = pytest.mark.browser
 SLOW_REPLAY_S = 6.0

@@ -7,7 +7,7 @@ import math
 import gradio as gr
 import pytest
 
-from conftest import api_client, plotted
+from support.app import api_client, plotted
 from core.babygpt import EXAMPLE_SEQUENCE, BabyConfig, BabyRun, analyse_chain, transition_graph
 from playground.context import AppContext
 from playground.figures.baby import ARROW_ROOM, AXIS_LIMIT, LABEL_SIZE, chain_figure, comparison_figure

@@ -4,10 +4,9 @@ laptop's width, then the same page is narrowed to a phone's and looked at again.
 go to tests/screenshots/ (git-ignored) for a person to look at."""
 
 import pytest
-from conftest import SCREENSHOTS, api_client
 
-from test_browser import assert_no_errors, open_tab, set_number, wait_until_fits
-from test_train_browser import open_page  # noqa: F401 (a fixture)
+from support.app import FORM, api_client
+from support.browser import SCREENSHOTS, assert_no_errors, open_tab, set_number, wait_until_fits
 
 pytestmark = pytest.mark.browser
 REPLAY = "Replay: training step"
@@ -63,12 +62,10 @@ def test_no_mask_trains_and_its_attention_replays(open_page):  # noqa: F811
 
 def test_the_attention_movie_endpoint_over_http(running_app):
 
-    from test_train_browser import TINY
-
     client = api_client(running_app[1])  # one client: one session
     with pytest.raises(Exception, match="no attention movie yet"):
         client.predict(api_name="/attention_movie")
-    client.predict(**{**TINY, "steps": 12, "causal": False}, api_name="/train")
+    client.predict(**{**FORM, "steps": 12, "eval_interval": 100, "causal": False}, api_name="/train")
     answer = client.predict(api_name="/attention_movie")
     assert answer["steps"][-1] == 12 and len(answer["frames"]) == len(answer["steps"])
     assert len(answer["frames"][0]["maps"][0]) == 2  # the tiny model's two heads

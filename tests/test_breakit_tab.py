@@ -8,15 +8,15 @@ import gradio as gr
 import pytest
 import torch
 
-from conftest import plotted
 from core.attention import STRONG_PATTERN
 from core.movie import INDUCTION, SCORED, AttentionMovie, induction_onset
 from playground.tabs.attention import AttentionHandlers
 from playground.tabs.generate import GenerateHandlers
 from playground.tabs.train import replay as train_tab
 from playground.tabs.train.form import BREAK_IT, TrainForm
-from test_app_handlers import FORM, ctx, run_train, train  # noqa: F401 (ctx and train are fixtures)
-from test_movie import PROBE, uniform, with_induction_head
+from support.app import FORM, plotted
+from support.handlers import run_train
+from support.movies import PROBE, uniform, with_induction_head
 
 
 # ---------------------------------------------------------------- break-it switches

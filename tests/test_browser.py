@@ -7,10 +7,10 @@ import re
 import time
 
 import pytest
-from conftest import SCREENSHOTS
+
+from support.browser import TIMEOUT_MS, assert_no_errors, open_tab, set_number, shot
 
 pytestmark = pytest.mark.browser
-TIMEOUT_MS = 90_000  # generous: other jobs share these 2 cores
 
 
 @pytest.fixture(scope="module")
@@ -24,43 +24,6 @@ def page(running_app, browser):
     page.locator("#train-button").wait_for()
     yield page
     page.close()
-
-
-def open_tab(page, title: str) -> None:
-    """Click a tab; on a narrow screen the later tabs sit in Gradio's "More tabs" menu."""
-    tab, more = page.get_by_role("tab", name=title), page.get_by_role("button", name="More tabs")
-    tab.or_(more).first.wait_for()  # the page may still be drawing its tabs
-    if tab.count():
-        tab.click()
-    else:
-        more.click()
-        page.locator(".overflow-dropdown button", has_text=title).click()
-
-
-def shot(page, name: str) -> None:
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
-
-
-def assert_no_errors(page) -> None:
-    """No error toast, no component in an error state, no uncaught script error."""
-    toasts = page.locator(".toast-body.error, [data-testid='toast-body'].error")
-    assert toasts.count() == 0, toasts.all_inner_texts()
-    assert page.locator(".error, [class*='error-']").filter(has_text=re.compile(r"\bError\b")).count() == 0
-    assert not page.errors, page.errors
-
-
-def wait_until_fits(page, selector: str, width: int) -> dict:
-    """After a resize, wait until the figure at `selector` lies within `width` pixels (Plotly redraws on
-    the window's resize event, a moment later), and return its box."""
-    page.wait_for_function(f"() => {{ const box = document.querySelector({selector!r}).getBoundingClientRect(); "
-                           f"return box.left >= 0 && box.right <= {width} + 1; }}")
-    return page.locator(selector).first.bounding_box()
-
-
-def set_number(page, label: str, value) -> None:
-    box = page.get_by_label(f"number input for {label}")
-    box.fill(str(value))
-    box.press("Enter")
 
 
 def test_train_tab_trains_the_default_task_with_live_charts(page):

@@ -2,7 +2,7 @@
 PATH, then Playwright's own download; none found is one line that says how to get one."""
 
 import pytest
-from conftest import CHROMIUM_ARGS, CHROMIUM_ENV, find_chromium
+from support.browser import CHROMIUM_ARGS, CHROMIUM_ENV, find_chromium
 
 pytestmark = pytest.mark.browser
 

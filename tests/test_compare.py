@@ -7,12 +7,12 @@ import gradio as gr
 import pytest
 import torch
 
-from conftest import plotted
 from core.config import GPTConfig
 from core.runs import COMPARED, CURVE_POINTS, RUNS_KEPT, RunLog, RunRecord, decode_runs, encode_runs, varying_fields
 from core.config import TrainConfig
 from playground.tabs.train.compare import CompareHandlers
-from test_app_handlers import FORM, ctx, run_train, train  # noqa: F401 (ctx and train are fixtures)
+from support.app import FORM, plotted
+from support.handlers import run_train
 
 
 def history(steps: int, every: int = 100) -> list[dict]:

@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 
 from core.checkpoint import CONFIG_FILE, TRAINER_FILE, WEIGHTS_FILE, load, load_trainer_state
-from test_cli import REPO, call_cli
+from support.app import REPO
+from support.cli import call_cli
 
 # The copy task counts the answers alone, a different number in each row: a micro-batch's loss must
 # weigh by its share of the batch's counted targets for the curves to agree. A learning rate that

@@ -16,7 +16,6 @@ import huggingface_hub
 import pytest
 import torch
 import transformers
-from conftest import REPO
 from PIL import Image
 
 import core.export
@@ -30,8 +29,9 @@ from core.presets import PRESETS, preset_configs
 from core.sample import generate
 from core.tokenizers import CharTokenizer, GPT2Tokenizer
 from playground.tabs.train.checkpoints import NO_MODEL_TO_EXPORT, exported_as_they_are
-from test_app_handlers import FORM, make_ctx, run_train
-from test_cli import TINY, call_cli
+from support.app import REPO
+from support.cli import TINY, call_cli
+from support.handlers import make_ctx, run_train
 
 TEXTS = ["The quick brown fox jumps over the lazy dog, and then", "In a hole in the ground there lived a hobbit."]
 LLAMA = dict(position="rope", norm="rmsnorm", activation="swiglu", bias=False, qkv_bias=False, lm_head_bias=False)

@@ -8,10 +8,9 @@ again (without training again). Screenshots at both widths go to tests/screensho
 look at."""
 
 import pytest
-from conftest import SCREENSHOTS
 from playwright.sync_api import expect
 
-from test_browser import TIMEOUT_MS, assert_no_errors, open_tab, set_number
+from support.browser import SCREENSHOTS, TIMEOUT_MS, assert_no_errors, open_tab, set_number
 
 pytestmark = pytest.mark.browser
 INSPECTED_BACKGROUND = "rgba(245, 158, 11, 0.5)"  # amber at the half opacity HighlightedText draws

@@ -14,7 +14,7 @@ from playground.tabs.generate import (
     COLOR_MAP, INSPECTED, LINE_START_NOTE, PROBABILITY_BANDS, STOPPED_NOTE, GenerateHandlers,
 )
 from playground.tabs.train import TrainHandlers
-from test_app_handlers import make_ctx, run_train
+from support.handlers import make_ctx, run_train
 
 GENERATE_OUTPUTS = ("generated-tokens", "generated-text", "generate-status", "token-alternatives", "token-info",
                     "token-index")

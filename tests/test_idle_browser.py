@@ -5,10 +5,9 @@ run's last updates have settled, the page stays silent. Screenshots go to tests/
 import time
 
 import pytest
-from conftest import SCREENSHOTS
 
-from test_browser import assert_no_errors, set_number
-from test_train_browser import browser_session, open_page, wait_for  # noqa: F401 (a fixture)
+from support.app import wait_until
+from support.browser import SCREENSHOTS, assert_no_errors, browser_session, set_number
 
 pytestmark = pytest.mark.browser
 TRAININGS = 10
@@ -48,7 +47,7 @@ def test_an_idle_page_makes_no_calls_after_training(running_app, open_page):  # 
             page.set_viewport_size({"width": 390, "height": 844})  # the same page on a phone
         started = len(calls)
         page.locator("#train-button" if run == 1 else "#new-model-button").click()
-        wait_for(lambda: session.job_name is None and session.trained is not None and session.trained.run == run,
+        wait_until(lambda: session.job_name is None and session.trained is not None and session.trained.run == run,
                  what=f"run {run} to end")
         page.locator("#train-status").filter(has_text=f"Done: {STEPS} steps").wait_for()
         page.locator("#train-next").filter(has_text=f"already trained {STEPS} of {STEPS}").wait_for()

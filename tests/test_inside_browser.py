@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SCREENSHOTS
-from test_attention_browser import PHONE, analyse_example, assert_titles_clear, boxes, trained_page
-from test_browser import assert_no_errors, open_tab
+from support.attention_page import analyse_example, assert_titles_clear, boxes, trained_page
+from support.browser import PHONE, SCREENSHOTS, assert_no_errors, open_tab
 
 from playground.tabs.attention.export import EXPORT_NAMES
 

@@ -12,7 +12,6 @@ import gradio as gr
 import numpy as np
 import pytest
 import torch
-from test_attention_tab import ctx, give_model, handlers  # noqa: F401 (ctx and handlers are fixtures)
 
 from core.attention import attention_maps
 from core.interventions import ablate, head_importance, head_steps
@@ -21,15 +20,16 @@ from playground.sessions import TrainedModel
 from playground.tabs import attention as tab
 from playground.tabs.attention import export, knockouts
 from playground.tabs.attention import steps as steps_section
+from support.handlers import give_model, make_attention_ctx
 
 TEXT = "abcab|abcab"  # 11 tokens of the test vocabulary
 N_TOKENS = 11
 
 
 @pytest.fixture
-def session(ctx, handlers):
+def session(attention_ctx, handlers):
     """Alice's session with a lively untrained model (2 layers, 3 heads) and TEXT analysed."""
-    session = give_model(ctx)
+    session = give_model(attention_ctx)
     with torch.no_grad():  # larger weights than GPT-2's N(0, 0.02): heads that attend unevenly
         for parameter in session.model.parameters():
             parameter.mul_(8 if parameter.dim() == 2 else 1)
@@ -205,8 +205,8 @@ def test_head_steps_checks_its_inputs(handlers, session, args, message):
     assert session.job_name is None
 
 
-def test_the_tools_need_an_analysis(ctx, handlers):
-    give_model(ctx, "bob")
+def test_the_tools_need_an_analysis(attention_ctx, handlers):
+    give_model(attention_ctx, "bob")
     for call in (lambda: handlers.head_steps(0, 0, 0, False, False, "bob"), lambda: handlers.lens(5, "bob"),
                  lambda: handlers.knock_out([], "zero", "bob"), lambda: handlers.export("bob")):
         with pytest.raises(gr.Error, match="Analyse a text first"):
@@ -216,10 +216,10 @@ def test_the_tools_need_an_analysis(ctx, handlers):
 # ---------------------------------------------------------------- export
 
 
-def test_the_export_parses_back_and_is_named_by_the_app(ctx):
-    handlers = tab.AttentionHandlers(ctx)
+def test_the_export_parses_back_and_is_named_by_the_app(attention_ctx):
+    handlers = tab.AttentionHandlers(attention_ctx)
     hostile_key = "../../etc/x"  # a client's session hash: never part of a path
-    session = give_model(ctx, hostile_key)
+    session = give_model(attention_ctx, hostile_key)
     handlers.analyse(TEXT, hostile_key)
     handlers.head_steps(1, 2, 5, False, False, hostile_key)
     handlers.knock_out(["L0 H1"], "zero", hostile_key)
@@ -273,17 +273,16 @@ def test_a_new_analysis_offers_its_heads_and_clears_the_tools(handlers, session)
 
 def test_importance_keeps_to_the_servers_budget_on_a_large_model(session):
     from core.interventions import importance_macs
-    from test_attention_tab import make_ctx
 
     config = session.model.config
     budget = importance_macs(config, 6)  # what 6 of the 11 tokens cost, in multiply-adds
-    ctx = make_ctx(max_attention_tokens=20, max_importance_gmacs=budget / 1e9)
-    handlers = tab.AttentionHandlers(ctx)
-    ctx.registry.get("alice").trained = session.trained
+    attention_ctx = make_attention_ctx(max_attention_tokens=20, max_importance_gmacs=budget / 1e9)
+    handlers = tab.AttentionHandlers(attention_ctx)
+    attention_ctx.registry.get("alice").trained = session.trained
     handlers.analyse(TEXT, "alice")
     fig = handlers.importance("zero", "alice")
     assert "first 6 of 11 tokens" in fig.layout.title.subtitle.text
-    expected = head_importance(session.model, ctx.registry.get("alice").attention.ids[:6], "zero")
+    expected = head_importance(session.model, attention_ctx.registry.get("alice").attention.ids[:6], "zero")
     assert np.allclose(np.array(fig.data[0].z, dtype=np.float32), expected.numpy(), atol=1e-6)
     _, files = handlers.export("alice")
     document = json.loads(Path(next(f for f in files if f.endswith(".json"))).read_text())

@@ -11,7 +11,7 @@ import time
 import httpx
 
 import pytest
-from conftest import api_client
+from support.app import api_client
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 

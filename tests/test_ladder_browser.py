@@ -6,8 +6,7 @@ is then looked at on a desktop's 1366x900 and a phone's 390x844. Screenshots go 
 import re
 
 import pytest
-from conftest import SCREENSHOTS
-from test_browser import wait_until_fits
+from support.browser import SCREENSHOTS, wait_until_fits
 
 from core.ladder import RUNGS
 from playground.tabs import ladder as tab

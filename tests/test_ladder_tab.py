@@ -8,7 +8,7 @@ import time
 import gradio as gr
 import pytest
 
-from conftest import plotted
+from support.app import plotted
 from core.ladder import RUNGS
 from core.data import DataError
 from playground.app import TABS, build_app
@@ -148,7 +148,7 @@ def test_offline_without_shakespeare_says_so_and_keeps_the_view(handlers, monkey
     assert next(stream)[0].startswith("Loading Tiny Shakespeare")
     status, plot, table = next(stream)  # a status that stays, not an error that blanks the chart and table
     assert "this server has no copy" in status and "Could not download Tiny Shakespeare" in status
-    assert isinstance(plot, dict) and plot.get("__type__") == "update" and table == plot  # both untouched
+    assert plot == table == gr.skip()  # both untouched: not a blank chart, not any other update
     assert next(stream, None) is None
     assert not handlers.ctx.registry.get("a").busy  # the session can climb once the file is there
 

@@ -143,3 +143,33 @@ def test_the_readme_layout_names_every_module():
     words = set(re.findall(r"[A-Za-z_]+", layout))
     missing = sorted(name for name, path in MODULES.items() if path.stem != "__init__" and path.stem not in words)
     assert not missing, f"modules README's Layout does not name: {missing}"
+
+
+# ---------------------------------------------------------------- the tests themselves
+TEST_CODE = sorted((ROOT / "tests").glob("*.py")) + sorted((ROOT / "tests" / "support").glob("*.py"))
+
+
+def imported_tests(path: Path) -> list[str]:
+    """What `path` imports that a test must not: a test module (`test_x`), the conftest, or anything as
+    `tests.x` (a second name for a module pytest already imported as `x`)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.append(node.module)
+    return [name for name in names if name.split(".")[0] in ("conftest", "tests") or name.startswith("test_")]
+
+
+def test_the_test_import_finder_finds_each_kind(tmp_path):
+    module = tmp_path / "test_m.py"
+    module.write_text("import os\nfrom support.app import FORM\nfrom test_hostile import Hostile\n"
+                      "def f():\n    import tests.support.app\n    from conftest import serve\n")
+    assert imported_tests(module) == ["test_hostile", "tests.support.app", "conftest"]
+
+
+def test_no_test_imports_another_test_module_or_the_conftest():
+    """Fixtures come from conftest.py by name, helpers from tests/support/ as `support.<module>`: a test
+    module imported by another runs twice under two names (`test_x` and `tests.test_x`)."""
+    broken = {str(path.relative_to(ROOT)): found for path in TEST_CODE if (found := imported_tests(path))}
+    assert not broken, broken

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from test_hostile import Server
+from support.hostile import Server
 
 from playground.__main__ import parse_args
 from playground.app import launch_kwargs

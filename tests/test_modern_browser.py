@@ -3,10 +3,8 @@ positions and key/value heads shared in pairs, train, and see the attention and 
 both widths go to tests/screenshots/ for a person to look at."""
 
 import pytest
-from conftest import SCREENSHOTS
 
-from test_browser import assert_no_errors, open_tab, set_number
-from test_train_browser import open_page  # noqa: F401 (a fixture)
+from support.browser import SCREENSHOTS, assert_no_errors, open_tab, set_number
 
 pytestmark = pytest.mark.browser
 

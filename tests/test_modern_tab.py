@@ -6,7 +6,8 @@ from core.config import GPTConfig
 from core.model import GPT
 from core.tokenizers import CharTokenizer
 from playground.tabs.train.form import MODERN, TrainForm, described_parts
-from test_app_handlers import FORM, ctx, run_train, train  # noqa: F401 (ctx and train are fixtures)
+from support.app import FORM
+from support.handlers import run_train
 
 LLAMA_PARTS = dict(position="rope", norm="rmsnorm", activation="swiglu", n_kv_head=1, window=6)
 

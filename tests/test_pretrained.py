@@ -225,7 +225,7 @@ def test_views_share_the_weights_but_not_their_hooks(hf_folder, tokens):
 def test_the_command_line_samples_gpt2_from_a_folder_and_explains_when_it_cannot(hf_folder):
     from core.pretrained import load_gpt2
     from core.sample import generate
-    from test_cli import call_cli
+    from support.cli import call_cli
 
     sampled = call_cli("sample", "--gpt2", hf_folder, "--prompt", "Hello, world", "--max-new-tokens", "6",
                       "--temperature", "0")

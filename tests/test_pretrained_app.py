@@ -5,7 +5,6 @@ with transformers into a temporary folder, and the Hub is only ever asked in off
 
 import pytest
 import torch
-import transformers
 
 import gradio as gr
 from core.attention import attention_maps
@@ -21,25 +20,11 @@ from playground.settings import Settings
 from playground.tabs.attention import AttentionHandlers
 from playground.tabs.generate import GenerateHandlers
 from playground.tabs.train import TrainHandlers
-from tests.test_hostile import Hostile
-from tests.conftest import serve
-
-TEXT = "The quick brown fox jumps over the lazy dog, and the quick brown fox"
-
-
-def save_tiny_gpt2(folder) -> str:
-    """A random GPT-2 with GPT-2's vocabulary: 2 layers x 4 heads, 32 channels, context 64."""
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
-    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
-    return str(folder)
+from support.app import FORM, serve
+from support.hostile import Hostile
+from support.models import PRETRAINED_TEXT as TEXT, save_tiny_gpt2
 
 GPT2 = "gpt2"  # the picker's value for GPT-2 (CATALOGUE's key)
-
-
-@pytest.fixture(scope="session")
-def tiny_gpt2_folder(tmp_path_factory) -> str:
-    return save_tiny_gpt2(tmp_path_factory.mktemp("tiny-gpt2"))
 
 
 def make_ctx(weights: str) -> AppContext:
@@ -154,8 +139,6 @@ def test_a_bad_choice_is_refused_naming_the_field(ctx, bad):
 
 
 def test_training_and_loading_a_checkpoint_go_back_to_your_model(ctx, tmp_path):
-    from tests.test_app_handlers import FORM
-
     picker, train = ModelPicker(ctx), TrainHandlers(ctx)
     picker.use_model(GPT2, "alice")
     updates = list(train.run.train(**{**FORM, "steps": 5}, request="alice"))
@@ -238,13 +221,6 @@ def test_two_sessions_reading_gpt2_keep_their_own_analyses(gpt2_app):
 
 
 # ---------------------------------------------------------------- SmolLM2 (a Llama-family model) beside GPT-2
-
-
-@pytest.fixture(scope="session")
-def tiny_llama_folder(tmp_path_factory) -> str:
-    from tests.test_llama import saved, tiny_llama
-
-    return saved(tiny_llama(), tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture

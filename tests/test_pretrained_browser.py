@@ -6,10 +6,9 @@ without the weights says so at once, and keeps saying it. Screenshots go to test
 import re
 
 import pytest
-from conftest import SCREENSHOTS, serve
-from test_browser import assert_no_errors, open_tab
-from test_pretrained_app import TEXT, tiny_gpt2_folder, tiny_llama_folder  # noqa: F401 (fixtures)
-from test_train_browser import new_page
+from support.app import serve
+from support.browser import SCREENSHOTS, assert_no_errors, new_page, open_tab
+from support.models import PRETRAINED_TEXT as TEXT
 
 from playground.settings import Settings
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import serve
-from test_hostile import GENERATE, TINY, Hostile, Server, form, tiny_model_bytes, wait_until
+from support.app import FORM, GENERATE, form, serve, tiny_model_bytes, wait_until
+from support.hostile import Hostile, Server
 
 from playground.settings import Settings
 from playground.tabs.train.restore import DAMAGED, UNREADABLE
@@ -124,7 +124,7 @@ def test_a_killed_server_gives_each_browser_its_model_back_on_any_server_of_its_
 
 
 def test_an_idle_model_makes_room_through_the_store_and_comes_back_on_its_owners_next_click(tmp_path):
-    room = 1.5 * tiny_model_bytes()  # memory for one TINY model: a second learner needs the first's room
+    room = 1.5 * tiny_model_bytes()  # memory for one FORM model: a second learner needs the first's room
     settings = Settings.from_env({}, model_memory_bytes=int(room), set_aside_idle_s=0.2,
                                  state_dir=str(tmp_path / "store"))
     with serve(settings) as (demo, url):
@@ -139,8 +139,8 @@ def test_an_idle_model_makes_room_through_the_store_and_comes_back_on_its_owners
         tokens, text, status = app.ok("generate", GENERATE, "first")  # its next click: the model is back
         assert text.startswith("\n" + GENERATE[0]) and "tokens" in status  # (a task model's prompt starts a line)
         back = demo.registry.peek("first").trained
-        assert back.step == TINY["steps"]
-        assert back.movie is not None and back.movie.frames[-1].step == TINY["steps"]  # its movie came back too
+        assert back.step == FORM["steps"]
+        assert back.movie is not None and back.movie.frames[-1].step == FORM["steps"]  # its movie came back too
         assert "second" not in demo.registry  # idle now, it made room in turn
 
 
@@ -195,7 +195,7 @@ def test_a_kept_movie_that_fails_its_checks_is_dropped_and_the_model_comes_back(
             for name, data in files.items():
                 zf.writestr(name, data)
         answer = app.ok("come_back", [token, None], "after")
-        assert any(isinstance(v, str) and f"at step {TINY['steps']}" in v for v in answer), answer
+        assert any(isinstance(v, str) and f"at step {FORM['steps']}" in v for v in answer), answer
         assert demo.registry.peek("after").trained.movie is None
         assert "no attention movie yet" in app.error("attention_movie", [], "after")
 
@@ -223,7 +223,7 @@ def test_a_code_carries_a_model_to_a_server_at_another_address(store):
         assert "Paste the code" in other.app.error("take_code", [""], "second-laptop")
         taken = other.app.ok("take_code", [code.lower()], "second-laptop")
         assert taken[0] == token  # this browser keeps the model's token from now on
-        assert any(isinstance(v, str) and f"from the other browser is here, at step {TINY['steps']}" in v
+        assert any(isinstance(v, str) and f"from the other browser is here, at step {FORM['steps']}" in v
                    for v in taken), taken
         assert weights_of(downloaded(other.app, "second-laptop")) == weights_of(downloaded(first.app, "laptop"))
         assert "does not open a model here" in other.app.error("take_code", [code], "third")  # once
@@ -301,15 +301,15 @@ def test_with_no_store_a_reload_of_the_tab_finds_its_model_again_in_memory(state
         assert "Welcome back" not in str(app.ok("come_back", [forged, None], "thief"))
         assert demo.registry.peek("tab").closed and demo.registry.peek("thief").trained is None
         answer = app.ok("come_back", [token, None], "reloaded")  # ... and its new page has the model back
-        assert f"Welcome back: your model is here as you left it, at step {TINY['steps']}" in str(answer), answer
-        assert "tab" not in demo.registry and demo.registry.peek("reloaded").trained.step == TINY["steps"]
+        assert f"Welcome back: your model is here as you left it, at step {FORM['steps']}" in str(answer), answer
+        assert "tab" not in demo.registry and demo.registry.peek("reloaded").trained.step == FORM["steps"]
         text = app.ok("generate", GENERATE, "reloaded")[1]
         assert text.startswith("\n" + GENERATE[0])
         assert "Welcome back" not in str(app.ok("come_back", [token, None], "second-tab"))  # handed over once
 
 
 def test_a_set_aside_model_damaged_in_the_store_is_said_once_and_put_aside(tmp_path):
-    room = 1.5 * tiny_model_bytes()  # memory for one TINY model: a second learner needs the first's room
+    room = 1.5 * tiny_model_bytes()  # memory for one FORM model: a second learner needs the first's room
     store = tmp_path / "store"
     settings = Settings.from_env({}, model_memory_bytes=int(room), set_aside_idle_s=0.2, state_dir=str(store))
     with serve(settings) as (demo, url):
@@ -330,7 +330,7 @@ def test_a_set_aside_model_damaged_in_the_store_is_said_once_and_put_aside(tmp_p
 def test_the_live_sample_comes_back_with_the_model(tmp_path):
     """A reload or a restart brought the model and its curve back, and an empty live sample: the last sample
     the page showed is kept with the model."""
-    from test_app_handlers import FORM, SETTINGS
+    from support.handlers import SETTINGS
 
     from playground.context import AppContext
     from playground.sessions import SessionRegistry

@@ -5,9 +5,8 @@ Generate reads the model. At a laptop's width, then a phone's.
 Screenshots go to tests/screenshots/ for a person to look at."""
 
 import pytest
-from conftest import SCREENSHOTS, free_port, serve
-from test_browser import assert_no_errors, open_tab, set_number
-from test_train_browser import new_page
+from support.app import free_port, serve
+from support.browser import SCREENSHOTS, assert_no_errors, new_page, open_tab, set_number
 
 from playground.settings import Settings
 from playground.tabs.train.restore import UNREADABLE

@@ -4,8 +4,7 @@ built and what comes next when the status does. Screenshots go to tests/screensh
 """
 
 import pytest
-from test_browser import assert_no_errors, open_tab, shot
-from test_train_browser import open_page  # noqa: F401 (a fixture)
+from support.browser import assert_no_errors, open_tab, shot
 
 pytestmark = pytest.mark.browser
 JS_BOX = "e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; }"

@@ -6,12 +6,11 @@ the page with a note on what it ignored. Screenshots go to tests/screenshots/ (g
 from urllib.parse import quote
 
 import pytest
-from conftest import SCREENSHOTS
 
 from core.presets import PRESETS
 from playground.tabs.train import link as share
-from test_browser import assert_no_errors
-from test_train_browser import browser_session, new_page, wait_for
+from support.app import wait_until
+from support.browser import SCREENSHOTS, assert_no_errors, browser_session, new_page
 
 pytestmark = pytest.mark.browser
 LINK = "?preset=sort&seed=7&n_layer=3&hide=training&lock=model"
@@ -40,7 +39,7 @@ def number(page, label: str):
 def shared_link(page) -> str:
     page.locator("#share-button").click()
     box = page.locator("#share-link textarea")
-    wait_for(lambda: box.count() and "?preset=" in box.input_value(), what="the shared link")
+    wait_until(lambda: box.count() and "?preset=" in box.input_value(), what="the shared link")
     return box.input_value()
 
 
@@ -48,8 +47,8 @@ def assert_set_up_by_the_link(page) -> None:
     """What LINK asks for: the sort preset with 3 layers, Training hidden, Model locked."""
     page.locator("#link-note").filter(has_text="This page's link set up the form").wait_for()
     preset = page.locator("#train-settings input").first
-    wait_for(lambda: preset.input_value() == PRESETS["sort"].title, what="the preset")
-    wait_for(lambda: number(page, "Layers").input_value() == "3", what="the layers")
+    wait_until(lambda: preset.input_value() == PRESETS["sort"].title, what="the preset")
+    wait_until(lambda: number(page, "Layers").input_value() == "3", what="the layers")
     assert number(page, "Heads").input_value() == "4"  # the preset's own
     assert page.get_by_role("radio", name="Characters").is_checked()
     for label in ("Layers", "Heads", "Embedding size (n_embd)", "Block size (context)", "Dropout"):
@@ -85,10 +84,10 @@ def test_the_same_link_trains_the_same_curve(running_app, open_link):
         before = set(registry._sessions)
         page = open_link("?preset=sort&seed=7&n_layer=1&n_embd=32&steps=30&eval_interval=10")
         sessions.append(browser_session(registry, before))
-        wait_for(lambda: number(page, "Steps").input_value() == "30", what="the link's steps")
+        wait_until(lambda: number(page, "Steps").input_value() == "30", what="the link's steps")
         page.locator("#train-button").click()
     for session in sessions:
-        wait_for(lambda: session.trained is not None and session.job_name is None and session.trained.step == 30,
+        wait_until(lambda: session.trained is not None and session.job_name is None and session.trained.step == 30,
                  timeout=120, what="training")
     first, second = (session.trained.history for session in sessions)
     assert len(first) == 30 and first == second
@@ -97,7 +96,7 @@ def test_the_same_link_trains_the_same_curve(running_app, open_link):
 def test_a_learner_cannot_change_a_locked_field(open_link):
     page = open_link("?preset=repeat&stage=multi_head&lock=model")  # a stage that unlocks Heads elsewhere
     page.locator("#link-note").filter(has_text="It locks").wait_for()
-    wait_for(lambda: page.locator("#stage-dropdown input").input_value().startswith("4."), what="the stage")
+    wait_until(lambda: page.locator("#stage-dropdown input").input_value().startswith("4."), what="the stage")
     page.wait_for_timeout(1000)  # the stage's own change event has answered by now
     assert number(page, "Heads").is_disabled() and number(page, "Layers").is_disabled()
     reset = page.get_by_label("Reset to default value")
@@ -137,7 +136,7 @@ def test_a_plain_address_shows_no_note_and_a_picked_preset_fills_the_form(open_l
     assert not number(page, "Layers").is_disabled()
     page.locator("#train-settings input").first.click()
     page.get_by_role("option", name=PRESETS["binary"].title).click()
-    wait_for(lambda: number(page, "Block size (context)").input_value() == "3", what="the preset's context")
+    wait_until(lambda: number(page, "Block size (context)").input_value() == "3", what="the preset's context")
     assert number(page, "Layers").input_value() == "4"
     assert shared_link(page).endswith("/?preset=binary&seed=1337")
     assert_no_errors(page)

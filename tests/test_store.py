@@ -24,14 +24,15 @@ from core.config import GPTConfig
 from core.model import GPT
 from core.tokenizers import CharTokenizer
 from playground import store as store_module
+from playground.kept import Kept
 from playground.store import StateStore, open_store
 
 
-def encoded(seed: int = 0, n_embd: int = 16):
+def kept_state(seed: int = 0, n_embd: int = 16) -> Kept:
     tokenizer = CharTokenizer("abc|\n")
     model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, n_layer=1, n_head=2, n_embd=n_embd, block_size=8),
                 generator=torch.Generator().manual_seed(seed))
-    return encode(model, tokenizer, {"steps": seed})
+    return Kept(encode(model, tokenizer, {"steps": seed}))
 
 
 def test_only_tokens_the_server_makes_are_taken(tmp_path):
@@ -61,7 +62,7 @@ def test_an_entry_is_named_by_a_hash_and_holds_the_latest_archive(tmp_path):
     store = StateStore(str(tmp_path / "store"), budget_bytes=10**9)
     token = store.tokens.new()
     assert store.fetch(token, tmp_path) is None and not store.evicted(token)
-    first, second = encoded(1), encoded(2)
+    first, second = kept_state(1), kept_state(2)
     store.writer.submit(token, first)
     store.writer.submit(token, second)  # a newer state replaces one still waiting, or the written one
     assert store.writer.flush()
@@ -70,14 +71,14 @@ def test_an_entry_is_named_by_a_hash_and_holds_the_latest_archive(tmp_path):
     fetched = store.fetch(token, tmp_path)
     assert fetched is not None
     with zipfile.ZipFile(fetched) as archive:
-        assert archive.read("model.safetensors") == second.weights
+        assert archive.read("model.safetensors") == second.checkpoint.weights
     assert store.fetch(store.tokens.new(), tmp_path) is None  # another token opens nothing
 
 
 def room_for_two(tmp_path: Path) -> tuple[StateStore, int]:
-    """A store whose budget holds two of `encoded`'s archives, and one archive's size on the disk."""
+    """A store whose budget holds two of `kept_state`'s archives, and one archive's size on the disk."""
     probe = StateStore(str(tmp_path / "probe"), budget_bytes=10**9)
-    probe.writer.submit(probe.tokens.new(), encoded(0))
+    probe.writer.submit(probe.tokens.new(), kept_state(0))
     probe.writer.flush()
     size = probe.used_bytes()
     return StateStore(str(tmp_path / "store"), budget_bytes=int(2.5 * size)), size
@@ -87,13 +88,13 @@ def test_the_budget_evicts_the_least_recently_written_and_leaves_a_tombstone(tmp
     store, _ = room_for_two(tmp_path)
     tokens = [store.tokens.new() for _ in range(3)]
     for seed, token in enumerate(tokens):
-        store.writer.submit(token, encoded(seed))
+        store.writer.submit(token, kept_state(seed))
         assert store.writer.flush()
         time.sleep(0.02)  # distinct modification times
     assert store.used_bytes() <= store.budget_bytes
     assert store.fetch(tokens[0], tmp_path) is None and store.evicted(tokens[0])
     assert all(store.fetch(t, tmp_path) is not None and not store.evicted(t) for t in tokens[1:])
-    store.writer.submit(tokens[0], encoded(0))  # it comes back: no longer evicted; the next oldest goes
+    store.writer.submit(tokens[0], kept_state(0))  # it comes back: no longer evicted; the next oldest goes
     assert store.writer.flush()
     assert not store.evicted(tokens[0]) and store.evicted(tokens[1])
 
@@ -104,7 +105,7 @@ def test_two_apps_share_one_store_and_its_secret():
     assert one.secret() == other.secret() and len(one.secret()) >= 32
     token = one.tokens.new()
     assert other.tokens.verified(token) == token  # one key for both
-    one.writer.submit(token, encoded(3))
+    one.writer.submit(token, kept_state(3))
     assert one.writer.flush()
     assert other.fetch(token, Path(os.environ.get("TMPDIR", "/tmp"))) is not None
 
@@ -141,10 +142,10 @@ def test_an_unwritable_store_switches_off_and_says_why(tmp_path, caplog):
     store = StateStore(str(root), 10**9)
     shutil.rmtree(root)
     root.write_text("the folder became a file")  # every write fails from now on
-    store.writer.submit(store.tokens.new(), encoded(4))
+    store.writer.submit(store.tokens.new(), kept_state(4))
     assert store.writer.flush()
     assert not store.working and "memory only" in caplog.text
-    store.writer.submit(store.tokens.new(), encoded(5))  # ignored, quietly: the app already says so
+    store.writer.submit(store.tokens.new(), kept_state(5))  # ignored, quietly: the app already says so
     assert store.writer.flush(timeout=1)
 
 
@@ -241,7 +242,7 @@ def test_a_failed_write_leaves_no_partial_file(monkeypatch, caplog):
     store = StateStore(f"fulldisk://parts-{secrets.token_hex(4)}", 10**9)
     store.secret()
     monkeypatch.setattr(FullDisk, "full", True)  # the disk fills up while the server runs
-    store.writer.submit(store.tokens.new(), encoded(1))
+    store.writer.submit(store.tokens.new(), kept_state(1))
     assert store.writer.flush()
     assert not store.working and "No space left" in caplog.text
     assert listed(store) == ["browser-secret", "token-key"]  # the archive's partial file went with the failure
@@ -263,7 +264,7 @@ def test_a_damaged_entry_is_put_aside_counted_in_the_budget_and_goes_first(tmp_p
     store, size = room_for_two(tmp_path)
     damaged, kept, newest = (store.tokens.new() for _ in range(3))
     for seed, token in enumerate((damaged, kept)):
-        store.writer.submit(token, encoded(seed))
+        store.writer.submit(token, kept_state(seed))
         assert store.writer.flush()
     store.put_aside(damaged)
     name = hashlib.sha256(damaged.encode()).hexdigest()
@@ -271,7 +272,7 @@ def test_a_damaged_entry_is_put_aside_counted_in_the_budget_and_goes_first(tmp_p
     assert store.used_bytes() == 2 * size and not store.evicted(damaged)  # it still counts: no disk filled by it
     store.put_aside(damaged)  # a second server finding it gone: nothing happens
     time.sleep(0.02)
-    store.writer.submit(newest, encoded(2))
+    store.writer.submit(newest, kept_state(2))
     assert store.writer.flush()
     assert not (tmp_path / "store" / f"{name}.damaged").exists()  # the damaged entry went first, not a model
     assert all(store.fetch(t, tmp_path) is not None for t in (kept, newest)) and not store.evicted(damaged)

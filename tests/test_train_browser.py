@@ -7,56 +7,16 @@ import statistics
 import time
 
 import pytest
-from conftest import SCREENSHOTS, api_client
 
 from core.presets import get_preset
 from playground.sessions import Session
-from test_browser import assert_no_errors, open_tab, set_number
+from support.app import api_client, wait_until
+from support.browser import SCREENSHOTS, assert_no_errors, browser_session, open_tab, set_number
 
 pytestmark = pytest.mark.browser
-TIMEOUT_MS = 90_000
 TINY = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_layer=1, n_head=2, n_embd=16,
             block_size=16, dropout=0.0, steps=5000, batch_size=8, learning_rate=3e-3, seed=1, warmup=2,
             eval_interval=100, weight_decay=0.01, grad_clip=1.0)
-
-
-def new_page(browser, url: str, width: int = 1366, height: int = 900, **options):
-    """A new page (its own session) on the app, errors recorded, once the Train tab is up; `options` go
-    to Playwright's `browser.new_page`."""
-    page = browser.new_page(viewport={"width": width, "height": height}, **options)
-    page.set_default_timeout(TIMEOUT_MS)
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    page.goto(url, wait_until="domcontentloaded")
-    page.locator("#train-button").wait_for()
-    return page
-
-
-@pytest.fixture
-def open_page(running_app, browser):
-    """Open the app in new pages (`open_page(width, height)`); they close after the test."""
-    pages = []
-
-    def opener(width: int = 1366, height: int = 900):
-        pages.append(new_page(browser, running_app[1], width, height))
-        return pages[-1]
-
-    yield opener
-    for page in pages:
-        page.close()
-
-
-def wait_for(condition, timeout: float = 60.0, what: str = "the condition"):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
-def browser_session(registry, before: set) -> Session:
-    """The session the page's load event created (marked as a browser's)."""
-    wait_for(lambda: any(s.browser for k, s in registry._sessions.items() if k not in before), what="the page")
-    return next(s for k, s in registry._sessions.items() if k not in before and s.browser)
 
 
 def test_stop_twenty_times_on_a_busy_server(running_app, open_page, monkeypatch):
@@ -85,11 +45,11 @@ def test_stop_twenty_times_on_a_busy_server(running_app, open_page, monkeypatch)
         for round_ in range(20):
             start = session.trainer.step if session.trainer else 0
             page.locator("#train-button").click()
-            wait_for(lambda: session.job_name == "training" and session.trainer is not None
+            wait_until(lambda: session.job_name == "training" and session.trainer is not None
                      and session.trainer.step > start + 2, what=f"training to run (round {round_})")
             clicked = time.monotonic()
             page.locator("#stop-button").click()
-            wait_for(lambda: session.job_name is None, timeout=10, what="training to end")
+            wait_until(lambda: session.job_name is None, timeout=10, what="training to end")
             seconds.append((reached[-1] - clicked, time.monotonic() - reached[-1]))
             step = session.trainer.step
             extra_steps.append(step - stopped_at[-1])

@@ -8,24 +8,24 @@ import gradio as gr
 import numpy as np
 import pytest
 import torch
-from test_attention_tab import ctx, give_model, handlers, make_ctx  # noqa: F401 (ctx and handlers are fixtures)
 
 from core.attribution import circuits, logit_attribution, patch, patch_macs
 from core.tokenizers import GPT2Tokenizer
 from playground.tabs import attention as tab
 from playground.tabs.attention import patching
 from playground.tabs.attention.circuits import CIRCUITS_HELP
+from support.handlers import give_model, make_attention_ctx
 
 TEXT = "abcab|abcab"  # 11 tokens of the test vocabulary
 CLEAN, CORRUPTED = patching.PAIRS[0]
 
 
 @pytest.fixture
-def session(ctx, handlers):
+def session(attention_ctx, handlers):
     """Alice's session with a lively untrained model (2 layers, 3 heads) and TEXT analysed: seeded, so that the
     copy pair moves its answer by more than MIN_PATCH_GAP (by 0.39 of a logit; most seeds' barely move it)."""
     torch.manual_seed(2)
-    session = give_model(ctx)
+    session = give_model(attention_ctx)
     with torch.no_grad():
         for parameter in session.model.parameters():
             parameter.mul_(8 if parameter.dim() == 2 else 1)
@@ -63,11 +63,11 @@ def test_patching_shows_cores_shares_on_the_copy_pair(handlers, session):
     assert "Of the heads" in note and "brings back the most" in note
 
 
-def test_patching_says_so_instead_of_drawing_shares_of_a_tiny_gap(ctx, handlers):
+def test_patching_says_so_instead_of_drawing_shares_of_a_tiny_gap(attention_ctx, handlers):
     """A freshly initialised model's answers barely differ between the copy pair's texts: the note gives the
     gap and why nothing is drawn; the figures are cleared, the export holds no shares."""
     torch.manual_seed(0)
-    give_model(ctx)
+    give_model(attention_ctx)
     handlers.analyse(TEXT, "alice")
     note, residual, heads = handlers.patching(CLEAN, CORRUPTED, "alice")
     assert residual is None and heads is None
@@ -130,22 +130,22 @@ def test_patching_keeps_to_the_servers_budget_and_circuits_to_small_vocabularies
     assert CORRUPTED.index("q") == 6  # the pair differs from token 6 on: nothing before it is patched
     budget = patch_macs(session.model.config, 8, 6)
     assert patch_macs(session.model.config, 8, 0) > budget  # the same texts, differing from the start: more
-    ctx = make_ctx(max_attention_tokens=20, max_importance_gmacs=budget / 1e9)
-    handlers = tab.AttentionHandlers(ctx)
-    ctx.registry.get("alice").trained = session.trained
+    attention_ctx = make_attention_ctx(max_attention_tokens=20, max_importance_gmacs=budget / 1e9)
+    handlers = tab.AttentionHandlers(attention_ctx)
+    attention_ctx.registry.get("alice").trained = session.trained
     handlers.analyse(TEXT, "alice")
     with pytest.raises(gr.Error, match="for this model this server patches at most 8"):
         handlers.patching(CLEAN, CORRUPTED, "alice")
     handlers.patching("\nabcdefg", "\nabcdeqg", "alice")  # 8 tokens fit
-    give_model(ctx, "bob", vocab_size=600)  # its character tokenizer writes only the first 29 ids
+    give_model(attention_ctx, "bob", vocab_size=600)  # its character tokenizer writes only the first 29 ids
     handlers.analyse(TEXT, "bob")
     # too large a vocabulary: a note in place of the figures (three plots marked "Error" teach nothing)
     assert handlers.circuits(0, 0, "bob")[1:] == (None, None, None)
     assert "vocabulary has 600 tokens: circuits are drawn for at most 512" in handlers.circuits(0, 0, "bob")[0]
 
 
-def test_the_new_tools_need_an_analysis_of_the_model_as_it_is(ctx, handlers, session):
-    give_model(ctx, "bob")
+def test_the_new_tools_need_an_analysis_of_the_model_as_it_is(attention_ctx, handlers, session):
+    give_model(attention_ctx, "bob")
     for call in (lambda: handlers.attribution(0, "", "bob"), lambda: handlers.patching(CLEAN, CORRUPTED, "bob"),
                  lambda: handlers.circuits(0, 0, "bob")):
         with pytest.raises(gr.Error, match="Analyse a text first"):

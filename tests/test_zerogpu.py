@@ -220,15 +220,14 @@ def test_the_app_routes_big_models_to_the_gpu_and_small_ones_to_the_cpu():
 def test_the_app_on_zerogpu_trains_in_gpu_calls_and_carries_on_when_refused(spaces):
     """The whole app on a free port, as on a ZeroGPU Space: Train runs in forked GPU calls, the status says
     so, Generate reads the model in the server's process; a refused call finishes the run on the CPU."""
-    from conftest import api_client, serve
-    from test_integration import TINY
+    from support.app import FORM, api_client, serve
 
     from playground.settings import Settings
 
     settings = Settings.from_env({}, gpu_min_params=1, zero_gpu_chunk_s=0.1)  # the tiny model goes to the GPU
     with serve(settings) as (demo, url):
         client = api_client(url)
-        job = client.submit(**{**TINY, "steps": 150}, api_name="/train")
+        job = client.submit(**{**FORM, "steps": 150}, api_name="/train")
         statuses = [update[0] for update in job]
         assert job.outputs()[-1][0].startswith("Done: 150 steps"), statuses
         assert any("on the GPU (ZeroGPU)" in status for status in statuses), statuses
@@ -240,7 +239,7 @@ def test_the_app_on_zerogpu_trains_in_gpu_calls_and_carries_on_when_refused(spac
 
         calls = len(spaces.calls)
         spaces.quota_s = spaces.calls[0][1]  # the visitor's quota holds one more call
-        job = client.submit(**{**TINY, "steps": 300}, api_name="/train")  # continues from step 150
+        job = client.submit(**{**FORM, "steps": 300}, api_name="/train")  # continues from step 150
         statuses = [update[0] for update in job]
         assert job.outputs()[-1][0].startswith("Done: 300 steps"), statuses
         assert len(spaces.calls) == calls + 1 and spaces.refused == 1

@@ -28,7 +28,7 @@ from host import describe_host  # noqa: E402
 from playground.settings import Settings  # noqa: E402
 from playground.tabs.train.form import FormRules  # noqa: E402
 from playground.tabs.train.link import preset_values  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
+from tests.support.app import free_port  # noqa: E402
 
 
 def nvidia_smi(query: str, nothing: str) -> str:

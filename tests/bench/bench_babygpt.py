@@ -78,7 +78,7 @@ def bench_core() -> None:
 def bench_app(browser: bool) -> None:
     from gradio_client import Client
 
-    from tests.conftest import serve
+    from tests.support.app import serve
 
     with serve() as (_demo, url):
         client = Client(url, verbose=False)
@@ -92,7 +92,7 @@ def bench_app(browser: bool) -> None:
 def bench_browser(url: str) -> None:
     from playwright.sync_api import sync_playwright
 
-    from tests.conftest import CHROMIUM_ARGS, find_chromium
+    from tests.support.browser import CHROMIUM_ARGS, find_chromium
 
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=find_chromium(p.chromium.executable_path), args=CHROMIUM_ARGS)

@@ -56,7 +56,7 @@ from gradio_client.utils import apply_diff
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from tests.conftest import free_port  # noqa: E402
+from tests.support.app import free_port  # noqa: E402
 from host import describe_host  # noqa: E402  (this script's folder is on sys.path)
 
 # Tiny Shakespeare from ../shared/data as in the tests, unless the caller says otherwise.

@@ -42,8 +42,8 @@ from core.model import GPT  # noqa: E402
 from core.tokenizers import CharTokenizer, GPT2Tokenizer  # noqa: E402
 from core.config import TrainConfig  # noqa: E402
 from core.train import Trainer  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
-from tests.test_hostile import GENERATE, TINY, Hostile  # noqa: E402
+from tests.support.app import FORM, GENERATE, free_port  # noqa: E402
+from tests.support.hostile import Hostile  # noqa: E402
 
 
 def proc_status(pid: int, key: str) -> float:
@@ -171,7 +171,7 @@ def main() -> None:
     server = Server(state_dir, int(args.store_budget_mb * 2**20), int(args.model_budget_mb * 2**20))
     http = server.http
     try:
-        form = list(TINY.values())
+        form = list(FORM.values())
         http.ok("train", form, "warm-up")
         http.ok("generate", GENERATE, "warm-up")
         http.ok("attention", ["qwhzbkad|qwhzbka"], "warm-up")

@@ -24,7 +24,6 @@ Never imports the layout or the link.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import tempfile
@@ -34,11 +33,10 @@ from typing import Any
 
 import gradio as gr
 
-from core.checkpoint import CheckpointError, Encoded, encode, load_kept
-from core.movie import encode_movie
-from core.runs import encode_runs
+from core.checkpoint import CheckpointError
 from core.tokenizers import token_labels
 from playground.context import AppContext
+from playground.kept import Kept, keep, load_kept
 from playground.figures.attention import live_heatmap
 from playground.gradio_internals import plotly_json
 from playground.sessions import Session
@@ -262,14 +260,12 @@ class RestoreHandlers:
         return dict(values)
 
 
-def _kept(session: Session) -> Encoded:
+def _kept(session: Session) -> Kept:
     """What the store keeps of a session: its model as a checkpoint with its training state, the form it
     trained with, the runs kept to compare and the attention movie."""
     trained = session.trained
     meta = {**checkpoint_meta(trained), "form": session.kept_form, "run": trained.run, "sample": trained.sample}
-    encoded = encode(trained.model, trained.tokenizer, meta, trained.training_state())
-    movie = encode_movie(trained.movie) if trained.movie is not None and trained.movie.frames else None
-    return dataclasses.replace(encoded, runs=encode_runs(session.runs), movie=movie)
+    return keep(trained.model, trained.tokenizer, meta, trained.training_state(), session.runs, trained.movie)
 
 
 def _kept_sample(meta: dict) -> str:
