@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from core.data import CORPORA
+from core.observers import Samples
+from core.presets import PRESETS
 from playground.app import build_app, launch_kwargs
 from playground.context import AppContext
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
 from playground.tabs.generate import COLOR_MAP, GenerateHandlers
-from core.presets import PRESETS
-from core.observers import Samples
 from playground.tabs.train import TrainHandlers
 from playground.tabs.train.form import FORM_FIELDS, FormRules, TrainForm
 from playground.tabs.train.link import preset_values
