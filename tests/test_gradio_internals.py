@@ -4,6 +4,7 @@ it imports from `gradio` itself only (as `gr`), never a submodule, and touches n
 
 import ast
 import asyncio
+import concurrent.futures
 import datetime
 import inspect
 import types
@@ -26,6 +27,12 @@ PUBLIC_SUBMODULES = {"themes"}  # documented as `gr.themes.Soft` and the like
 # The attributes of Gradio's objects that only the adapter may touch (see its docstring).
 INTERNAL_ATTRIBUTES = {"fns", "preprocess_data", "config_values", "_id", "get_blocks", "state_holder", "children",
                        "time_last_used", "session_data"}
+
+
+def run_coroutine(coroutine):
+    """Its result, run on a thread of its own: a browser test's Playwright may hold this thread's event loop."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def changed(what: str) -> str:
@@ -79,10 +86,10 @@ def test_a_failed_input_check_goes_to_on_input_error_and_no_input_stays_in_the_s
     (handler,) = internals.event_handlers(demo)
     props = state.config_values[demo.box._id]["props"]
     props["value"] = "a pasted text"
-    assert asyncio.run(demo.preprocess_data(handler._block_fn, ["hi"], state)) == ["hi"]
+    assert run_coroutine(demo.preprocess_data(handler._block_fn, ["hi"], state)) == ["hi"]
     assert props["value"] is None, changed("SessionState.config_values[block._id]['props']['value']")
     with pytest.raises(LookupError, match="^/shout: .*enough input values"):  # one input wanted, none given
-        asyncio.run(demo.preprocess_data(handler._block_fn, [], state))
+        run_coroutine(demo.preprocess_data(handler._block_fn, [], state))
 
 
 def test_blocks_fns_hold_each_events_handler(demo):
