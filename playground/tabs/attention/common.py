@@ -70,6 +70,7 @@ class Analyses:
         self.ctx = ctx
 
     def last(self, request: gr.Request) -> Analysis:
+        """The session's last analysis, to redraw from (no lock: the pickers' views are cheap)."""
         analysis = self.ctx.registry.get(request).attention
         if analysis is None:
             raise gr.Error("Analyse a text first.")
