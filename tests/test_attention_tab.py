@@ -40,7 +40,8 @@ def figure_json(fig) -> dict:
 
 def test_analyse_fills_every_output_and_keeps_the_analysis(attention_ctx, handlers):
     session = give_model(attention_ctx)
-    status, grid, summary, table, layer, head, query, large, view, view_note = handlers.analyse("abcab|abcab", "alice")
+    status, grid, summary, table, layer, head, query, large, view, view_note = handlers.analysis.analyse(
+        "abcab|abcab", "alice")
     assert "**11 tokens**, 2 layer(s) x 3 head(s)" in status
     assert len(figure_json(grid)["data"]) == 6  # every layer x head
     assert len(table) == 6 and len(table[0]) == len(figures.SUMMARY_HEADERS)
@@ -63,7 +64,7 @@ def test_analyse_opens_the_most_distinctive_head(attention_ctx, handlers):
         return pattern
 
     session.model.blocks[1].attn.hook_pattern.register_forward_hook(previous_token_head)
-    status, _, _, _, layer, head, _, large, view, view_note = handlers.analyse("abcdefgh", "alice")
+    status, _, _, _, layer, head, _, large, view, view_note = handlers.analysis.analyse("abcdefgh", "alice")
     assert (layer.value, head.value) == (1, 2)
     assert "L1 H2 previous-token (1.00)" in status and "the strongest is open below" in status
     assert "Layer 1, head 2" in figure_json(large)["layout"]["title"]["text"]
@@ -73,14 +74,14 @@ def test_analyse_opens_the_most_distinctive_head(attention_ctx, handlers):
 
 def test_analyse_says_which_heads_the_probe_found_even_when_nothing_repeats(attention_ctx, handlers):
     give_model(attention_ctx)  # untrained: no head follows repeats
-    status = handlers.analyse("abcdefg", "alice")[0]
+    status = handlers.analysis.analyse("abcdefg", "alice")[0]
     assert "No induction head: no head past layer 0 follows the repeats" in status
     assert "**Induction probe** writes such a text" in status
 
 
 def test_a_context_too_short_for_the_probe_says_induction_is_untested(attention_ctx, handlers):
     session = give_model(attention_ctx, block_size=7)
-    status = handlers.analyse("abcabc", "alice")[0]
+    status = handlers.analysis.analyse("abcabc", "alice")[0]
     assert "Induction untested" in status
     assert all(s.probe_induction is None and s.label != "induction" for s in session.attention.summaries)
 
@@ -95,13 +96,13 @@ def test_analyse_rejects_bad_text_and_keeps_the_model(attention_ctx, handlers, t
     session = give_model(attention_ctx)
     model = session.model
     with pytest.raises(gr.Error, match=message):
-        handlers.analyse(text, "alice")
+        handlers.analysis.analyse(text, "alice")
     assert session.model is model and session.attention is None and session.job_name is None
 
 
 def test_a_text_longer_than_the_context_is_cut_and_the_status_says_so(attention_ctx, handlers):
     session = give_model(attention_ctx)
-    status, grid, *_ = handlers.analyse("abcdefghijklmnopqrstu", "alice")  # 21 tokens; context 16
+    status, grid, *_ = handlers.analysis.analyse("abcdefghijklmnopqrstu", "alice")  # 21 tokens; context 16
     assert "Kept the first 16 of the text's 21 tokens: this model's context is 16 tokens" in status
     assert "**16 tokens**" in status
     assert session.attention.ids == CharTokenizer(VOCAB).encode("abcdefghijklmnop")
@@ -110,7 +111,7 @@ def test_a_text_longer_than_the_context_is_cut_and_the_status_says_so(attention_
 
 def test_a_text_longer_than_the_server_shows_is_cut_with_a_hint(attention_ctx, handlers):
     session = give_model(attention_ctx, block_size=32)  # the context allows it, this server (20 tokens) does not
-    status = handlers.analyse("a" * 25, "alice")[0]
+    status = handlers.analysis.analyse("a" * 25, "alice")[0]
     assert re.search("Kept the first 20 of the text's 25 tokens: this server shows at most 20.*"
                      "PLAYGROUND_MAX_ATTENTION_TOKENS", status)
     assert len(session.attention.ids) == 20
@@ -122,7 +123,7 @@ def test_every_example_analyses_on_a_short_context_model():
     tokenizer = CharTokenizer.from_text("".join(analysis.EXAMPLES))
     session = give_model(handlers.ctx, tokenizer=tokenizer, block_size=32)
     for example in analysis.EXAMPLES:
-        status = handlers.analyse(example, "alice")[0]
+        status = handlers.analysis.analyse(example, "alice")[0]
         n_tokens = len(tokenizer.encode(example))
         assert f"**{min(n_tokens, 32)} tokens**" in status
         assert ("Kept the first 32" in status) == (n_tokens > 32)
@@ -132,28 +133,28 @@ def test_every_example_analyses_on_a_short_context_model():
 
 def test_analyse_without_a_model_or_without_attention(attention_ctx, handlers):
     with pytest.raises(gr.Error, match="no model yet"):
-        handlers.analyse("abc", "bob")
+        handlers.analysis.analyse("abc", "bob")
     session = attention_ctx.registry.get("carol")
     bigram = GPT(stage_config("bigram", vocab_size=len(VOCAB), block_size=16, n_embd=8))
     session.trained = TrainedModel(bigram, CharTokenizer(VOCAB), "a test corpus")
     with pytest.raises(gr.Error, match="no attention layers"):
-        handlers.analyse("abc", "carol")
+        handlers.analysis.analyse("abc", "carol")
 
 
 def test_analyse_refuses_while_the_session_trains(attention_ctx, handlers):
     give_model(attention_ctx)
     with attention_ctx.registry.job("alice", "training"):
         with pytest.raises(gr.Error, match="already running training"):
-            handlers.analyse("abc", "alice")
+            handlers.analysis.analyse("abc", "alice")
 
 
 def test_sessions_do_not_see_each_others_analysis(attention_ctx, handlers):
     give_model(attention_ctx, "alice")
     give_model(attention_ctx, "bob")
-    handlers.analyse("abcabc", "alice")
+    handlers.analysis.analyse("abcabc", "alice")
     assert attention_ctx.registry.get("bob").attention is None
     with pytest.raises(gr.Error, match="Analyse a text first"):
-        handlers.show_head(0, 0, "bob")
+        handlers.analysis.show_head(0, 0, "bob")
 
 
 # ---------------------------------------------------------------- pickers
@@ -161,12 +162,12 @@ def test_sessions_do_not_see_each_others_analysis(attention_ctx, handlers):
 
 def test_pickers_redraw_from_the_kept_analysis(attention_ctx, handlers):
     session = give_model(attention_ctx)
-    handlers.analyse("abcab|abcab", "alice")
+    handlers.analysis.analyse("abcab|abcab", "alice")
     expected = attention_maps(session.model, session.attention.ids)
-    large = handlers.show_head(1, 2, "alice")
+    large = handlers.analysis.show_head(1, 2, "alice")
     assert "Layer 1, head 2" in large.layout.title.text
     np.testing.assert_allclose(large.data[0].z, expected[1, 2].numpy(), atol=2e-4)  # that head's map, no other's
-    view, note = handlers.show_query(1, 4, "alice")
+    view, note = handlers.analysis.show_query(1, 4, "alice")
     assert note.startswith(r"**Head view**, layer 1: \#4 b looks most at")
     hover = [t for t in view.data if t.customdata is not None][0].customdata
     shown = float(hover[2].split("<br>")[0].removeprefix("head 0: "))  # key 2, head 0 first
@@ -181,23 +182,23 @@ def test_pickers_redraw_from_the_kept_analysis(attention_ctx, handlers):
 ])
 def test_pickers_check_numbers_sent_through_the_api(attention_ctx, handlers, layer, head, message):
     give_model(attention_ctx)
-    handlers.analyse("abcabc", "alice")
+    handlers.analysis.analyse("abcabc", "alice")
     with pytest.raises(gr.Error, match=message):
-        handlers.show_head(layer, head, "alice")
+        handlers.analysis.show_head(layer, head, "alice")
 
 
 def test_query_picker_checks_the_position(attention_ctx, handlers):
     give_model(attention_ctx)
-    handlers.analyse("abcabc", "alice")
+    handlers.analysis.analyse("abcabc", "alice")
     with pytest.raises(gr.Error, match="Query token must be at most 5"):
-        handlers.show_query(0, 6, "alice")
+        handlers.analysis.show_query(0, 6, "alice")
 
 
 def test_table_click_opens_that_head(attention_ctx, handlers):
     give_model(attention_ctx)
-    handlers.analyse("abcabc", "alice")
+    handlers.analysis.analyse("abcabc", "alice")
     event = gr.SelectData(None, {"index": [4, 2], "value": "self", "row_value": [1, 1, "self"]})
-    layer, head, large = handlers.select_head(event, "alice")
+    layer, head, large = handlers.analysis.select_head(event, "alice")
     assert (layer, head) == (1, 1)
     assert "Layer 1, head 1" in figure_json(large)["layout"]["title"]["text"]
 
@@ -208,33 +209,33 @@ def test_table_click_opens_that_head(attention_ctx, handlers):
 def test_last_generated_text_is_offered_and_cut_to_the_context(attention_ctx, handlers):
     session = give_model(attention_ctx)
     with pytest.raises(gr.Error, match="Nothing generated yet"):
-        handlers.last_text("alice")
+        handlers.analysis.last_text("alice")
     session.last_text = "hello world"
-    assert handlers.last_text("alice") == "hello world"
+    assert handlers.analysis.last_text("alice") == "hello world"
     session.last_text = "abcdefghijklmnopqrstuvwxyz"  # 26 tokens; context 16
-    assert handlers.last_text("alice") == "klmnopqrstuvwxyz"
+    assert handlers.analysis.last_text("alice") == "klmnopqrstuvwxyz"
 
 
 def test_last_text_of_a_bpe_model_fits_the_context(attention_ctx, handlers):
     session = give_model(attention_ctx, tokenizer=GPT2Tokenizer())
     session.last_text = "smile 🙂🙃 " * 12  # emoji are several byte-level tokens each; the cut splits one
-    text = handlers.last_text("alice")
+    text = handlers.analysis.last_text("alice")
     assert 0 < len(session.tokenizer.encode(text)) <= 16
     assert text.endswith("🙃 ")
-    handlers.analyse(text, "alice")  # and it analyses without a context error
+    handlers.analysis.analyse(text, "alice")  # and it analyses without a context error
 
 
 def test_induction_probe_repeats_itself_fits_and_varies_its_length(attention_ctx, handlers):
     give_model(attention_ctx)
     lengths = set()
     for _ in range(12):
-        text = handlers.probe("alice")
+        text = handlers.analysis.probe("alice")
         half = len(text) // 2
         assert 4 <= len(text) <= 16 and text[:half] == text[half:]
         assert set(text) <= set(VOCAB)
         lengths.add(len(text))
     assert len(lengths) > 1  # a fixed-offset head cannot match every probe
-    handlers.analyse(text, "alice")
+    handlers.analysis.analyse(text, "alice")
 
 
 @pytest.mark.parametrize("position", ["rope", "alibi", "none"])
@@ -245,21 +246,21 @@ def test_induction_probe_fits_a_context_that_computed_positions_could_pass(posit
     give_model(attention_ctx, block_size=40, position=position, n_head=2)
     lengths = set()
     for _ in range(12):
-        text = handlers.probe("alice")
+        text = handlers.analysis.probe("alice")
         lengths.add(len(text))
-        status = handlers.analyse(text, "alice")[0]
+        status = handlers.analysis.analyse(text, "alice")[0]
         assert "Past its training length" not in status
     assert max(lengths) <= 40 and len(lengths) > 1
 
 
 def test_model_changed_marks_an_analysis_stale(attention_ctx, handlers):
     give_model(attention_ctx)
-    assert handlers.model_changed("alice") == gr.skip()  # no analysis on screen: the status stays as it is
-    handlers.analyse("abcabc", "alice")
+    assert handlers.analysis.model_changed("alice") == gr.skip()  # no analysis on screen: the status stays as it is
+    handlers.analysis.analyse("abcabc", "alice")
     # An Analyse pressed right after a change can finish before the change's event: its status stays.
-    assert handlers.model_changed("alice") == gr.skip()
+    assert handlers.analysis.model_changed("alice") == gr.skip()
     give_model(attention_ctx)  # a new model: the analysis on screen is of the old one
-    assert "press **Analyse**" in handlers.model_changed("alice")
+    assert "press **Analyse**" in handlers.analysis.model_changed("alice")
 
 
 # ---------------------------------------------------------------- the copy task: one labelling everywhere
@@ -295,7 +296,7 @@ def labels(session) -> dict[tuple[int, int], str]:
 
 def test_copy_task_headline_table_and_board_agree(copy_task):
     handlers, session = copy_task
-    status, _, board, table, *_ = handlers.analyse(COPY_EXAMPLE, "learner")
+    status, _, board, table, *_ = handlers.analysis.analyse(COPY_EXAMPLE, "learner")
     rows = {(row[0], row[1]): row for row in table}
     headline = next(line for line in status.split("\n") if line.startswith("Heads to look at first"))
     standouts = STANDOUT.findall(headline)
@@ -320,7 +321,7 @@ def test_copy_task_replay_note_agrees_with_the_attention_tab(copy_task):
     """The replay note once named "induction L0 H1 (0.68)" here: the probe text is a copy-task line, where the
     8-back head lands where an induction head would. It now gives the tab's verdict, by the same probe."""
     handlers, session = copy_task
-    status = handlers.analyse(COPY_EXAMPLE, "learner")[0]
+    status = handlers.analysis.analyse(COPY_EXAMPLE, "learner")[0]
     movie = session.trained.movie
     assert torch.equal(movie.frames[-1].probe, probe_induction(session.model))  # the very scores the tab reads
     assert status.split("\n")[-1].startswith("No induction head: no head past layer 0")
@@ -332,16 +333,16 @@ def test_copy_task_replay_note_agrees_with_the_attention_tab(copy_task):
 
 def test_copy_task_probe_agrees_with_the_example(copy_task):
     handlers, session = copy_task
-    handlers.analyse(COPY_EXAMPLE, "learner")
+    handlers.analysis.analyse(COPY_EXAMPLE, "learner")
     on_example = labels(session)
     strongest = analysis._standouts(session.attention)[0]
     tokenizer = session.tokenizer
     # the probe button's texts, and a repeat of 9, the copy task's own period: there 8 back is
     # exactly where an induction head would look, and only the probe's verdict tells them apart
-    texts = [handlers.probe("learner") for _ in range(3)]
+    texts = [handlers.analysis.probe("learner") for _ in range(3)]
     texts.append(tokenizer.decode(induction_probe(tokenizer.vocab_size, 9, seed=1)))
     for text in texts:
-        handlers.analyse(text, "learner")
+        handlers.analysis.analyse(text, "learner")
         on_probe = labels(session)
         assert on_probe[strongest.layer, strongest.head] == strongest.label, text
         for key, label in on_example.items():

@@ -243,8 +243,8 @@ def test_every_note_that_describes_the_model_matches_how_it_was_built(train, ctx
     updates = run_train(train, steps=5, **({switch: False} if switch else {}))
     progress, info = updates[-1][1], GenerateHandlers(ctx).model_info("a")
     attention = AttentionHandlers(ctx)
-    attention.analyse("mynbiqpm|mynbiqpm", "a")
-    note, table, _ = attention.head_steps(0, 1, 4, True, True, "a")  # query #4 of 17 tokens: later ones exist
+    attention.analysis.analyse("mynbiqpm|mynbiqpm", "a")
+    note, table, _ = attention.steps.head_steps(0, 1, 4, True, True, "a")  # query #4 of 17 tokens: later ones exist
     headers, steps = list(table.data[0].x), attention.ctx.registry.get("a").attention.results["steps"]
     if switch is None:
         assert "Built without" not in progress and "built without" not in info

@@ -33,7 +33,7 @@ def session(attention_ctx, handlers):
     with torch.no_grad():  # larger weights than GPT-2's N(0, 0.02): heads that attend unevenly
         for parameter in session.model.parameters():
             parameter.mul_(8 if parameter.dim() == 2 else 1)
-    handlers.analyse(TEXT, "alice")
+    handlers.analysis.analyse(TEXT, "alice")
     return session
 
 
@@ -50,7 +50,7 @@ def column(fig, header: str) -> list[float]:
 def test_the_weights_shown_are_the_heatmaps_row_and_the_models_own(handlers, session):
     exact = attention_maps(session.model, session.attention.ids)
     for layer, head, query in [(0, 0, 0), (1, 2, 5), (1, 1, 10)]:
-        note, table, vectors = handlers.head_steps(layer, head, query, False, False, "alice")
+        note, table, vectors = handlers.steps.head_steps(layer, head, query, False, False, "alice")
         shown = torch.tensor(column(table, "softmax"))
         assert torch.allclose(shown, session.attention.weights()[layer, head, query], atol=1e-3)  # the heatmap's row
         assert torch.allclose(shown, exact[layer, head, query], atol=1e-6, rtol=0)  # the model's, to the digit
@@ -66,13 +66,13 @@ def test_the_weights_shown_are_the_heatmaps_row_and_the_models_own(handlers, ses
 
 
 def test_the_toggles_add_the_weights_without_the_scale_and_without_the_mask(handlers, session):
-    note, table, _ = handlers.head_steps(1, 0, 4, True, True, "alice")
+    note, table, _ = handlers.steps.head_steps(1, 0, 4, True, True, "alice")
     steps = head_steps(session.model, session.attention.ids, 1, 0, 4)
     assert list(table.data[0].x)[4:] == ["no ÷√8", "no mask"]
     assert column(table, "no ÷√8") == pytest.approx(steps.weights_unscaled.tolist(), abs=1e-6)
     assert column(table, "no mask") == pytest.approx(steps.weights_unmasked.tolist(), abs=1e-6)
     assert "Without ÷√d" in note and "later tokens (#5 to #10)" in note
-    last = handlers.head_steps(1, 0, N_TOKENS - 1, False, True, "alice")[0]
+    last = handlers.steps.head_steps(1, 0, N_TOKENS - 1, False, True, "alice")[0]
     assert "nothing changes for the last token" in last and "Without ÷√d" not in last
     past_only = dataclasses.replace(steps, weights_unmasked=steps.weights)  # a head that looks back anyway
     assert "would still put almost nothing (0.0e+00) on later tokens" in steps_section._steps_note(
@@ -80,29 +80,29 @@ def test_the_toggles_add_the_weights_without_the_scale_and_without_the_mask(hand
 
 
 def test_the_steps_follow_the_pickers_once_shown(handlers, session):
-    assert all(out == gr.skip() for out in handlers.follow_pickers(0, 1, 3, False, False, "alice"))
-    handlers.head_steps(0, 0, 2, False, False, "alice")
-    note, table, _ = handlers.follow_pickers(1, 2, 3, False, False, "alice")
+    assert all(out == gr.skip() for out in handlers.steps.follow_pickers(0, 1, 3, False, False, "alice"))
+    handlers.steps.head_steps(0, 0, 2, False, False, "alice")
+    note, table, _ = handlers.steps.follow_pickers(1, 2, 3, False, False, "alice")
     assert "query #3 a" in table.layout.title.text and note.startswith("**Layer 1, head 2")
     with handlers.ctx.registry.job("alice", "training"):  # moving a picker while it trains: no message
-        assert handlers.follow_pickers(0, 0, 1, False, False, "alice")[0] == gr.skip()
-    handlers.analyse("abc", "alice")  # a new analysis: the steps wait for their button again
-    assert handlers.follow_pickers(0, 0, 1, False, False, "alice")[0] == gr.skip()
+        assert handlers.steps.follow_pickers(0, 0, 1, False, False, "alice")[0] == gr.skip()
+    handlers.analysis.analyse("abc", "alice")  # a new analysis: the steps wait for their button again
+    assert handlers.steps.follow_pickers(0, 0, 1, False, False, "alice")[0] == gr.skip()
 
 
 def test_the_tools_refuse_once_the_model_has_changed(handlers, session):
     trained = session.trained
     trained.history.append({"step": 10})  # trained further
     with pytest.raises(gr.Error, match="model has changed since this analysis"):
-        handlers.head_steps(0, 0, 0, False, False, "alice")
+        handlers.steps.head_steps(0, 0, 0, False, False, "alice")
     trained.history.clear()
-    handlers.head_steps(0, 0, 0, False, False, "alice")  # the same model at the same step again
+    handlers.steps.head_steps(0, 0, 0, False, False, "alice")  # the same model at the same step again
     session.trained = TrainedModel(trained.model, trained.tokenizer, "another")  # replaced (here by the same weights)
-    for call in (lambda: handlers.lens(5, "alice"), lambda: handlers.knock_out([], "zero", "alice"),
-                 lambda: handlers.export("alice")):
+    for call in (lambda: handlers.lens.lens(5, "alice"), lambda: handlers.knockouts.knock_out([], "zero", "alice"),
+                 lambda: handlers.export.export("alice")):
         with pytest.raises(gr.Error, match="press Analyse again"):
             call()
-    assert handlers.follow_pickers(0, 0, 1, False, False, "alice")[0] == gr.skip()
+    assert handlers.steps.follow_pickers(0, 0, 1, False, False, "alice")[0] == gr.skip()
     assert session.job_name is None
 
 
@@ -113,7 +113,7 @@ def test_the_tools_refuse_once_the_model_has_changed(handlers, session):
 def test_knocking_out_every_head_of_a_layer_matches_core(handlers, session, mode):
     model, ids = session.model, session.attention.ids
     names = ["L1 H2", "L1 H0", "L1 H1"]
-    note, intact, knocked = handlers.knock_out(names, mode, "alice")
+    note, intact, knocked = handlers.knockouts.knock_out(names, mode, "alice")
     idx = torch.tensor([ids])
     with torch.no_grad(), ablate(model, [(1, 0), (1, 1), (1, 2)], mode, over=ids):  # means over the text
         loss = model(idx[:, :-1], idx[:, 1:])[1].item()
@@ -128,18 +128,18 @@ def test_knocking_out_every_head_of_a_layer_matches_core(handlers, session, mode
 
 
 def test_no_head_picked_gives_the_loss_alone(handlers, session):
-    note, intact, knocked = handlers.knock_out([], "zero", "alice")
+    note, intact, knocked = handlers.knockouts.knock_out([], "zero", "alice")
     assert note.startswith("No head picked") and intact == knocked == ""
 
 
 def test_importance_of_every_head_is_cores_and_kept_per_mode(handlers, session, monkeypatch):
-    fig = handlers.importance("mean", "alice")
+    fig = handlers.knockouts.importance("mean", "alice")
     expected = head_importance(session.model, session.attention.ids, "mean")
     assert np.asarray(fig.data[0].z).shape == (2, 3)
     assert torch.allclose(torch.tensor(fig.data[0].z), expected, atol=1e-5)
     assert list(fig.data[0].x) == ["H0", "H1", "H2"] and list(fig.data[0].y) == ["L0", "L1"]
     monkeypatch.setattr(knockouts, "head_importance", lambda *args: pytest.fail("computed twice"))
-    handlers.importance("mean", "alice")  # kept for this analysis
+    handlers.knockouts.importance("mean", "alice")  # kept for this analysis
 
 
 @pytest.mark.parametrize("heads, message", [
@@ -150,13 +150,14 @@ def test_importance_of_every_head_is_cores_and_kept_per_mode(handlers, session, 
 ])
 def test_knock_out_checks_the_heads(handlers, session, heads, message):
     with pytest.raises(gr.Error, match=message):
-        handlers.knock_out(heads, "zero", "alice")
+        handlers.knockouts.knock_out(heads, "zero", "alice")
     assert session.job_name is None
 
 
 @pytest.mark.parametrize("mode", ["max", None, 1, ["zero"]])
 def test_knock_out_and_importance_check_the_mode(handlers, session, mode):
-    for call in (lambda: handlers.knock_out(["L0 H0"], mode, "alice"), lambda: handlers.importance(mode, "alice")):
+    for call in (lambda: handlers.knockouts.knock_out(["L0 H0"], mode, "alice"),
+                 lambda: handlers.knockouts.importance(mode, "alice")):
         with pytest.raises(gr.Error, match="Mode must be one of zero, mean"):
             call()
 
@@ -165,7 +166,7 @@ def test_knock_out_and_importance_check_the_mode(handlers, session, mode):
 
 
 def test_the_lens_last_row_is_the_models_prediction(handlers, session):
-    note, fig = handlers.lens(3, "alice")
+    note, fig = handlers.lens.lens(3, "alice")
     model, ids = session.model, session.attention.ids
     logits = model.eval()(torch.tensor([ids]))[0][0]  # (T, V)
     probs = torch.softmax(logits, -1)
@@ -186,7 +187,7 @@ def test_the_lens_last_row_is_the_models_prediction(handlers, session):
 ])
 def test_the_lens_checks_top_k(handlers, session, top_k, message):
     with pytest.raises(gr.Error, match=f"Top predictions .*{message}"):
-        handlers.lens(top_k, "alice")
+        handlers.lens.lens(top_k, "alice")
 
 
 # ---------------------------------------------------------------- step-by-step inputs
@@ -201,14 +202,14 @@ def test_the_lens_checks_top_k(handlers, session, top_k, message):
 ])
 def test_head_steps_checks_its_inputs(handlers, session, args, message):
     with pytest.raises(gr.Error, match=message):
-        handlers.head_steps(*args, "alice")
+        handlers.steps.head_steps(*args, "alice")
     assert session.job_name is None
 
 
 def test_the_tools_need_an_analysis(attention_ctx, handlers):
     give_model(attention_ctx, "bob")
-    for call in (lambda: handlers.head_steps(0, 0, 0, False, False, "bob"), lambda: handlers.lens(5, "bob"),
-                 lambda: handlers.knock_out([], "zero", "bob"), lambda: handlers.export("bob")):
+    for call in (lambda: handlers.steps.head_steps(0, 0, 0, False, False, "bob"), lambda: handlers.lens.lens(5, "bob"),
+                 lambda: handlers.knockouts.knock_out([], "zero", "bob"), lambda: handlers.export.export("bob")):
         with pytest.raises(gr.Error, match="Analyse a text first"):
             call()
 
@@ -220,16 +221,16 @@ def test_the_export_parses_back_and_is_named_by_the_app(attention_ctx):
     handlers = tab.AttentionHandlers(attention_ctx)
     hostile_key = "../../etc/x"  # a client's session hash: never part of a path
     session = give_model(attention_ctx, hostile_key)
-    handlers.analyse(TEXT, hostile_key)
-    handlers.head_steps(1, 2, 5, False, False, hostile_key)
-    handlers.knock_out(["L0 H1"], "zero", hostile_key)
-    handlers.importance("zero", hostile_key)
-    handlers.lens(5, hostile_key)
-    note, paths = handlers.export(hostile_key)
+    handlers.analysis.analyse(TEXT, hostile_key)
+    handlers.steps.head_steps(1, 2, 5, False, False, hostile_key)
+    handlers.knockouts.knock_out(["L0 H1"], "zero", hostile_key)
+    handlers.knockouts.importance("zero", hostile_key)
+    handlers.lens.lens(5, hostile_key)
+    note, paths = handlers.export.export(hostile_key)
     assert note == ""
     paths = [Path(p) for p in paths]
     assert [p.name for p in paths] == list(export.EXPORT_NAMES.values())
-    assert {p.parent for p in paths} == {handlers.scratch / session.id}
+    assert {p.parent for p in paths} == {handlers.export.scratch / session.id}
     assert all("etc" not in str(p) and ".." not in str(p) for p in paths)
 
     exact = attention_maps(session.model, session.attention.ids)
@@ -252,15 +253,16 @@ def test_the_export_parses_back_and_is_named_by_the_app(attention_ctx):
     assert document["knock_out"]["heads"] == ["L0 H1"] and set(document["importance"]) == {"zero"}
     assert np.array(document["logit_lens"]["top_ids"]).shape == (3, N_TOKENS, 5)
 
-    handlers.export(hostile_key)  # a second export replaces the first
-    assert sorted(p.name for p in (handlers.scratch / session.id).iterdir()) == sorted(export.EXPORT_NAMES.values())
-    handlers.free(session)  # and the session's end deletes them
-    assert not (handlers.scratch / session.id).exists()
+    handlers.export.export(hostile_key)  # a second export replaces the first
+    folder = handlers.export.scratch / session.id
+    assert sorted(p.name for p in folder.iterdir()) == sorted(export.EXPORT_NAMES.values())
+    handlers.export.free(session)  # and the session's end deletes them
+    assert not folder.exists()
 
 
 def test_an_export_too_large_for_a_csv_leaves_it_out(handlers, session, monkeypatch):
     monkeypatch.setattr(export, "MAX_CSV_ROWS", 100)
-    note, paths = handlers.export("alice")
+    note, paths = handlers.export.export("alice")
     assert [Path(p).name for p in paths] == [export.EXPORT_NAMES["npy"], export.EXPORT_NAMES["json"]]
     assert "The .csv is left out: it would have 396 rows (at most 100)" in note
 
@@ -279,11 +281,11 @@ def test_importance_keeps_to_the_servers_budget_on_a_large_model(session):
     attention_ctx = make_attention_ctx(max_attention_tokens=20, max_importance_gmacs=budget / 1e9)
     handlers = tab.AttentionHandlers(attention_ctx)
     attention_ctx.registry.get("alice").trained = session.trained
-    handlers.analyse(TEXT, "alice")
-    fig = handlers.importance("zero", "alice")
+    handlers.analysis.analyse(TEXT, "alice")
+    fig = handlers.knockouts.importance("zero", "alice")
     assert "first 6 of 11 tokens" in fig.layout.title.subtitle.text
     expected = head_importance(session.model, attention_ctx.registry.get("alice").attention.ids[:6], "zero")
     assert np.allclose(np.array(fig.data[0].z, dtype=np.float32), expected.numpy(), atol=1e-6)
-    _, files = handlers.export("alice")
+    _, files = handlers.export.export("alice")
     document = json.loads(Path(next(f for f in files if f.endswith(".json"))).read_text())
     assert document["importance_tokens"] == 6 and len(document["importance"]["zero"]) == 2

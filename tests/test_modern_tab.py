@@ -54,16 +54,16 @@ def test_step_by_step_shows_ropes_turn_and_alibis_penalty(train, ctx):
 
     attention = AttentionHandlers(ctx)
     run_train(train, "rope", position="rope")
-    attention.analyse("abcdefgh|abcdefgh", "rope")
-    note, table, vectors = attention.head_steps(0, 0, 6, False, False, "rope")
+    attention.analysis.analyse("abcdefgh|abcdefgh", "rope")
+    note, table, vectors = attention.steps.head_steps(0, 0, 6, False, False, "rope")
     assert "Rotary positions (RoPE)" in note and "ALiBi" not in note
     titles = [a.text for a in vectors.layout.annotations]
     assert any("before RoPE" in t for t in titles) and any("turned by their positions" in t for t in titles)
     assert "+ mask" in list(table.data[0].x)
 
     run_train(train, "alibi", position="alibi", window=4)
-    attention.analyse("abcdefgh|abcdefgh", "alibi")
-    note, table, vectors = attention.head_steps(0, 1, 6, False, False, "alibi")
+    attention.analysis.analyse("abcdefgh|abcdefgh", "alibi")
+    note, table, vectors = attention.steps.head_steps(0, 1, 6, False, False, "alibi")
     assert "**ALiBi:**" in note and "slope m = " in note and "Sliding window:** the 3 earliest" in note
     assert list(table.data[0].x)[2:4] == ["ALiBi −m·dist", "+ ALiBi, mask"]
     assert not any("before RoPE" in a.text for a in vectors.layout.annotations)
@@ -80,15 +80,15 @@ def test_computed_positions_read_past_the_trained_length_and_the_status_says_wha
                                      ("nm", dict(use_position_embedding=False, causal=False),
                                       "neither positions nor a causal mask, so nothing orders the tokens")):
         run_train(train, session, **parts)
-        status, *_ = attention.analyse(text, session)
+        status, *_ = attention.analysis.analyse(text, session)
         assert "**35 tokens**" in status and "Kept the first" not in status
         assert "Past its training length:** this model trained on 16 tokens at a time; tokens 16 to 34" in status
         assert expected in status
         assert ctx.registry.get(session).attention.maps.shape[-1] == 35
-        note, *_ = attention.head_steps(0, 0, 34, False, False, session)  # the other tools read it too
+        note, *_ = attention.steps.head_steps(0, 0, 34, False, False, session)  # the other tools read it too
         assert "query" in note
     run_train(train, "learned")
-    status, *_ = attention.analyse(text, "learned")
+    status, *_ = attention.analysis.analyse(text, "learned")
     assert "Kept the first 16 of the text's 35 tokens" in status and "Past its training length" not in status
 
 

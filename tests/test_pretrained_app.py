@@ -56,7 +56,7 @@ def test_gpt2_is_loaded_once_and_generate_and_attention_read_it(ctx):
     steps = session.last_steps
     assert session.last_text.startswith("Hello") and len(steps) == 5
     assert steps[0].text == shared.tokenizer.decode([steps[0].token_id])  # GPT-2's own tokens
-    status, grid, *_ = AttentionHandlers(ctx).analyse(TEXT, "alice")
+    status, grid, *_ = AttentionHandlers(ctx).analysis.analyse(TEXT, "alice")
     assert "2 layer(s) x 4 head(s)" in status
     assert session.attention.ids == shared.tokenizer.encode(TEXT)
     assert ctx.pretrained[GPT2].get() is shared  # one copy: loaded once
@@ -93,7 +93,7 @@ def test_one_sessions_hooks_do_not_touch_anothers_analysis(ctx):
 
     handle = alice.blocks[0].attn.hook_pattern.register_forward_hook(flatten)
     try:
-        attention.analyse(TEXT, "bob")
+        attention.analysis.analyse(TEXT, "bob")
     finally:
         handle.remove()
     assert not calls
@@ -101,9 +101,9 @@ def test_one_sessions_hooks_do_not_touch_anothers_analysis(ctx):
     expected = attention_maps(ctx.pretrained[GPT2].get().model, bob.ids)
     torch.testing.assert_close(bob.weights(), expected, atol=1e-3, rtol=0)  # kept as float16
     # and alice's knock-out (hooks on her module) leaves bob's tools alone
-    attention.analyse(TEXT, "alice")
-    attention.knock_out(["L0 H0", "L1 H2"], "zero", "alice")
-    note, *_ = attention.knock_out([], "zero", "bob")
+    attention.analysis.analyse(TEXT, "alice")
+    attention.knockouts.knock_out(["L0 H0", "L1 H2"], "zero", "alice")
+    note, *_ = attention.knockouts.knock_out([], "zero", "bob")
     assert "No head picked" in note
 
 
@@ -114,7 +114,7 @@ def test_your_model_without_one_gives_the_usual_message(ctx):
     assert ctx.registry.get("alice").pretrained is None
     assert "There is no model yet" in generated(ctx, "alice")
     with pytest.raises(gr.Error, match="no model yet"):
-        AttentionHandlers(ctx).analyse(TEXT, "alice")
+        AttentionHandlers(ctx).analysis.analyse(TEXT, "alice")
 
 
 def test_an_analysis_of_gpt2_is_stale_once_the_session_reads_its_own_model(ctx):
@@ -124,11 +124,11 @@ def test_an_analysis_of_gpt2_is_stale_once_the_session_reads_its_own_model(ctx):
     session.trained = TrainedModel(GPT(GPTConfig(vocab_size=4, block_size=8, n_layer=1, n_head=1, n_embd=8)),
                                    tokenizer, "a test corpus")
     picker.use_model(GPT2, "alice")
-    attention.analyse(TEXT, "alice")
-    attention.lens(3, "alice")  # GPT-2's analysis, GPT-2 read: fine
+    attention.analysis.analyse(TEXT, "alice")
+    attention.lens.lens(3, "alice")  # GPT-2's analysis, GPT-2 read: fine
     picker.use_model(YOURS, "alice")
     with pytest.raises(gr.Error, match="press Analyse again"):
-        attention.lens(3, "alice")
+        attention.lens.lens(3, "alice")
 
 
 @pytest.mark.parametrize("bad", ["GPT2", "", None, 3, ["gpt2"], "gpt2 " * 1000])
@@ -244,7 +244,7 @@ def test_the_picker_switches_between_yours_gpt2_and_smollm2(both):
     assert described.startswith("SmolLM2-135M (pretrained by Hugging Face") and "4 heads sharing 2 key/value heads" in described
     session = both.registry.get("alice")
     assert session.reading.model.config.position == "rope" and picker.follow("alice") == ("smollm2", note)
-    status, grid = attention.analyse("the quick brown fox jumps over the lazy dog", "alice")[:2]
+    status, grid = attention.analysis.analyse("the quick brown fox jumps over the lazy dog", "alice")[:2]
     assert "9 tokens" in status and "2 layer(s) x 4 head(s)" in status
     # the heads that share a key/value head stand together, a gap between the groups; the hover names it
     starts = [grid.layout[f"xaxis{n}"].domain[0] for n in range(1, 5)]

@@ -29,7 +29,7 @@ def session(attention_ctx, handlers):
     with torch.no_grad():
         for parameter in session.model.parameters():
             parameter.mul_(8 if parameter.dim() == 2 else 1)
-    handlers.analyse(TEXT, "alice")
+    handlers.analysis.analyse(TEXT, "alice")
     return session
 
 
@@ -38,7 +38,7 @@ def z(fig) -> np.ndarray:
 
 
 def test_attribution_shows_cores_shares_and_names_the_tokens(handlers, session):
-    note, heads, parts = handlers.attribution(7, "", "alice")
+    note, heads, parts = handlers.attribution.attribution(7, "", "alice")
     expected = logit_attribution(session.model, session.attention.ids, 7)
     assert np.allclose(z(heads), expected.heads.numpy(), atol=1e-6)
     bars = dict(zip(parts.data[0].x, parts.data[0].y))
@@ -48,13 +48,13 @@ def test_attribution_shows_cores_shares_and_names_the_tokens(handlers, session):
     assert f"prefers **{tokenizer.token_label(expected.target)}**" in note
     assert "frozen" in parts.layout.title.subtitle.text
     # an alternative the learner picks
-    _, _, parts = handlers.attribution(7, "z", "alice")
+    _, _, parts = handlers.attribution.attribution(7, "z", "alice")
     chosen = logit_attribution(session.model, session.attention.ids, 7, alternative=tokenizer.encode("z")[0])
     assert dict(zip(parts.data[0].x, parts.data[0].y))["total"] == pytest.approx(chosen.difference, abs=1e-6)
 
 
 def test_patching_shows_cores_shares_on_the_copy_pair(handlers, session):
-    note, residual, heads = handlers.patching(CLEAN, CORRUPTED, "alice")
+    note, residual, heads = handlers.patching.patching(CLEAN, CORRUPTED, "alice")
     tokenizer = session.trained.tokenizer
     expected = patch(session.model, tokenizer.encode(CLEAN), tokenizer.encode(CORRUPTED))
     assert np.allclose(z(residual), expected.residual.numpy(), atol=1e-6)
@@ -68,18 +68,18 @@ def test_patching_says_so_instead_of_drawing_shares_of_a_tiny_gap(attention_ctx,
     gap and why nothing is drawn; the figures are cleared, the export holds no shares."""
     torch.manual_seed(0)
     give_model(attention_ctx)
-    handlers.analyse(TEXT, "alice")
-    note, residual, heads = handlers.patching(CLEAN, CORRUPTED, "alice")
+    handlers.analysis.analyse(TEXT, "alice")
+    note, residual, heads = handlers.patching.patching(CLEAN, CORRUPTED, "alice")
     assert residual is None and heads is None
     assert "The corruption moves the answer by only **0.0" in note and "so none is drawn" in note
     assert "Of the heads" not in note
-    _, files = handlers.export("alice")
+    _, files = handlers.export.export("alice")
     document = json.loads(Path(next(f for f in files if f.endswith(".json"))).read_text())
     assert document["patching"]["heads"] is None and document["patching"]["residual"] is None
 
 
 def test_circuits_show_cores_matrices(handlers, session):
-    note, qk, positional, ov = handlers.circuits(1, 2, "alice")
+    note, qk, positional, ov = handlers.circuits.circuits(1, 2, "alice")
     expected = circuits(session.model, 1, 2)
     assert np.allclose(z(qk), expected.qk.numpy(), atol=1e-5) and np.allclose(z(ov), expected.ov.numpy(), atol=1e-5)
     assert np.allclose(z(positional), expected.positional_qk.numpy(), atol=1e-5)  # learned positions
@@ -90,10 +90,10 @@ def test_circuits_show_cores_matrices(handlers, session):
 
 
 def test_the_export_holds_what_the_three_found(handlers, session):
-    handlers.attribution(4, "", "alice")
-    handlers.patching(CLEAN, CORRUPTED, "alice")
-    handlers.circuits(0, 1, "alice")
-    _, files = handlers.export("alice")
+    handlers.attribution.attribution(4, "", "alice")
+    handlers.patching.patching(CLEAN, CORRUPTED, "alice")
+    handlers.circuits.circuits(0, 1, "alice")
+    _, files = handlers.export.export("alice")
     document = json.loads(Path(next(f for f in files if f.endswith(".json"))).read_text())
     assert document["logit_attribution"]["position"] == 4 and len(document["logit_attribution"]["heads"]) == 2
     assert np.array(document["patching"]["residual"]).shape == (3, len(CLEAN))
@@ -103,20 +103,20 @@ def test_the_export_holds_what_the_three_found(handlers, session):
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda h: h.attribution(11, "", "alice"), "Query token must be"),
-    (lambda h: h.attribution(float("nan"), "", "alice"), "Query token"),
-    (lambda h: h.attribution(3, "ab", "alice"), "Alternative must be one token"),
-    (lambda h: h.attribution(3, "Z", "alice"), "Alternative: "),
-    (lambda h: h.attribution(3, "x" * 41, "alice"), "Alternative"),
-    (lambda h: h.attribution(3, 7, "alice"), "Alternative"),
-    (lambda h: h.patching(CLEAN, CORRUPTED[:-1], "alice"), "Corrupted text must have as many tokens"),
-    (lambda h: h.patching(CLEAN, "ABC", "alice"), "Corrupted text: "),
-    (lambda h: h.patching(None, CORRUPTED, "alice"), "Clean text"),
-    (lambda h: h.patching(CLEAN, CLEAN, "alice"), "nothing to restore"),
-    (lambda h: h.patching("a" * 21, "b" * 21, "alice"), "this server patches at most 20"),
-    (lambda h: h.patching("a" * 17, "b" * 17, "alice"), "context is 16 tokens"),
-    (lambda h: h.circuits(2, 0, "alice"), "Layer"),
-    (lambda h: h.circuits(0, float("inf"), "alice"), "Head"),
+    (lambda h: h.attribution.attribution(11, "", "alice"), "Query token must be"),
+    (lambda h: h.attribution.attribution(float("nan"), "", "alice"), "Query token"),
+    (lambda h: h.attribution.attribution(3, "ab", "alice"), "Alternative must be one token"),
+    (lambda h: h.attribution.attribution(3, "Z", "alice"), "Alternative: "),
+    (lambda h: h.attribution.attribution(3, "x" * 41, "alice"), "Alternative"),
+    (lambda h: h.attribution.attribution(3, 7, "alice"), "Alternative"),
+    (lambda h: h.patching.patching(CLEAN, CORRUPTED[:-1], "alice"), "Corrupted text must have as many tokens"),
+    (lambda h: h.patching.patching(CLEAN, "ABC", "alice"), "Corrupted text: "),
+    (lambda h: h.patching.patching(None, CORRUPTED, "alice"), "Clean text"),
+    (lambda h: h.patching.patching(CLEAN, CLEAN, "alice"), "nothing to restore"),
+    (lambda h: h.patching.patching("a" * 21, "b" * 21, "alice"), "this server patches at most 20"),
+    (lambda h: h.patching.patching("a" * 17, "b" * 17, "alice"), "context is 16 tokens"),
+    (lambda h: h.circuits.circuits(2, 0, "alice"), "Layer"),
+    (lambda h: h.circuits.circuits(0, float("inf"), "alice"), "Head"),
 ])
 def test_bad_values_get_a_message_naming_the_field_and_keep_the_model(handlers, session, call, message):
     before = {name: p.clone() for name, p in session.model.state_dict().items()}
@@ -133,26 +133,27 @@ def test_patching_keeps_to_the_servers_budget_and_circuits_to_small_vocabularies
     attention_ctx = make_attention_ctx(max_attention_tokens=20, max_importance_gmacs=budget / 1e9)
     handlers = tab.AttentionHandlers(attention_ctx)
     attention_ctx.registry.get("alice").trained = session.trained
-    handlers.analyse(TEXT, "alice")
+    handlers.analysis.analyse(TEXT, "alice")
     with pytest.raises(gr.Error, match="for this model this server patches at most 8"):
-        handlers.patching(CLEAN, CORRUPTED, "alice")
-    handlers.patching("\nabcdefg", "\nabcdeqg", "alice")  # 8 tokens fit
+        handlers.patching.patching(CLEAN, CORRUPTED, "alice")
+    handlers.patching.patching("\nabcdefg", "\nabcdeqg", "alice")  # 8 tokens fit
     give_model(attention_ctx, "bob", vocab_size=600)  # its character tokenizer writes only the first 29 ids
-    handlers.analyse(TEXT, "bob")
+    handlers.analysis.analyse(TEXT, "bob")
     # too large a vocabulary: a note in place of the figures (three plots marked "Error" teach nothing)
-    assert handlers.circuits(0, 0, "bob")[1:] == (None, None, None)
-    assert "vocabulary has 600 tokens: circuits are drawn for at most 512" in handlers.circuits(0, 0, "bob")[0]
+    assert handlers.circuits.circuits(0, 0, "bob")[1:] == (None, None, None)
+    assert "vocabulary has 600 tokens: circuits are drawn for at most 512" in handlers.circuits.circuits(0, 0, "bob")[0]
 
 
 def test_the_new_tools_need_an_analysis_of_the_model_as_it_is(attention_ctx, handlers, session):
     give_model(attention_ctx, "bob")
-    for call in (lambda: handlers.attribution(0, "", "bob"), lambda: handlers.patching(CLEAN, CORRUPTED, "bob"),
-                 lambda: handlers.circuits(0, 0, "bob")):
+    for call in (lambda: handlers.attribution.attribution(0, "", "bob"),
+                 lambda: handlers.patching.patching(CLEAN, CORRUPTED, "bob"),
+                 lambda: handlers.circuits.circuits(0, 0, "bob")):
         with pytest.raises(gr.Error, match="Analyse a text first"):
             call()
     session.trained.history.append({"step": 10})  # trained further since the analysis
     with pytest.raises(gr.Error, match="model has changed"):
-        handlers.circuits(0, 0, "alice")
+        handlers.circuits.circuits(0, 0, "alice")
 
 
 def test_the_patching_boxes_follow_the_model_while_they_hold_a_built_in_pair(handlers, session):
@@ -162,8 +163,8 @@ def test_the_patching_boxes_follow_the_model_while_they_hold_a_built_in_pair(han
     assert patching._fits(session.trained.tokenizer, patching.PAIRS[0])
     assert not patching._fits(session.trained.tokenizer, patching.PAIRS[1])  # capitals: not in its vocabulary
     # the session's character model: the copy pair, whichever built-in pair the boxes held
-    assert handlers.fitting_pair(*patching.PAIRS[1], "alice") == patching.PAIRS[0]
-    assert handlers.fitting_pair(*patching.PAIRS[0], "alice") == patching.PAIRS[0]
+    assert handlers.patching.fitting_pair(*patching.PAIRS[1], "alice") == patching.PAIRS[0]
+    assert handlers.patching.fitting_pair(*patching.PAIRS[0], "alice") == patching.PAIRS[0]
     # texts the learner typed stay
-    typed = handlers.fitting_pair("abc|abc", "abd|abc", "alice")
+    typed = handlers.patching.fitting_pair("abc|abc", "abd|abc", "alice")
     assert all(update == gr.skip() for update in typed)  # left as typed: no change at all

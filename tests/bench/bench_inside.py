@@ -62,7 +62,7 @@ def handlers_with_model(config: GPTConfig, tokenizer, text: str) -> tab.Attentio
     handlers = tab.AttentionHandlers(ctx)
     model = GPT(config, generator=torch.Generator().manual_seed(0))
     ctx.registry.get(SESSION).trained = TrainedModel(model, tokenizer, "bench")
-    handlers.analyse(text, SESSION)
+    handlers.analysis.analyse(text, SESSION)
     return handlers
 
 
@@ -77,24 +77,24 @@ def without_kept_importance(handlers: tab.AttentionHandlers, mode: str):
     """The importance as computed afresh (the tab keeps it per analysis after the first call)."""
     def call():
         handlers.ctx.registry.get(SESSION).attention.results.pop("importance", None)
-        return handlers.importance(mode, SESSION)
+        return handlers.knockouts.importance(mode, SESSION)
     return call
 
 
 def calls(handlers: tab.AttentionHandlers) -> dict:
     last = len(TEXT) - 1
     return {
-        "/head_steps": lambda: handlers.head_steps(3, 5, last, True, True, SESSION),
-        "/ablate zero, 2 heads": lambda: handlers.knock_out(["L2 H1", "L4 H6"], "zero", SESSION),
-        "/ablate mean, 2 heads": lambda: handlers.knock_out(["L2 H1", "L4 H6"], "mean", SESSION),
+        "/head_steps": lambda: handlers.steps.head_steps(3, 5, last, True, True, SESSION),
+        "/ablate zero, 2 heads": lambda: handlers.knockouts.knock_out(["L2 H1", "L4 H6"], "zero", SESSION),
+        "/ablate mean, 2 heads": lambda: handlers.knockouts.knock_out(["L2 H1", "L4 H6"], "mean", SESSION),
         "/head_importance zero": without_kept_importance(handlers, "zero"),
-        "/head_importance, kept": lambda: handlers.importance("zero", SESSION),
-        "/logit_lens": lambda: handlers.lens(5, SESSION),
-        "/logit_attribution": lambda: handlers.attribution(last, "", SESSION),
-        "/patch, changed at 32": lambda: handlers.patching(TEXT, CHANGED_MID, SESSION),
-        "/patch, changed at 0": lambda: handlers.patching(TEXT, CHANGED_FIRST, SESSION),
-        "/circuits": lambda: handlers.circuits(3, 5, SESSION),
-        "/attention_export": lambda: handlers.export(SESSION),
+        "/head_importance, kept": lambda: handlers.knockouts.importance("zero", SESSION),
+        "/logit_lens": lambda: handlers.lens.lens(5, SESSION),
+        "/logit_attribution": lambda: handlers.attribution.attribution(last, "", SESSION),
+        "/patch, changed at 32": lambda: handlers.patching.patching(TEXT, CHANGED_MID, SESSION),
+        "/patch, changed at 0": lambda: handlers.patching.patching(TEXT, CHANGED_FIRST, SESSION),
+        "/circuits": lambda: handlers.circuits.circuits(3, 5, SESSION),
+        "/attention_export": lambda: handlers.export.export(SESSION),
     }
 
 
@@ -128,9 +128,9 @@ def gpt2(runs: int) -> None:
     long_ids = tokenizer.encode(long_clean)[:longest]
     long_other = [long_ids[0] + 1] + long_ids[1:]
     cases = {
-        "/logit_attribution": lambda: handlers.attribution(len(ids) - 1, "", SESSION),
-        "/patch, names pair": lambda: handlers.patching(clean, corrupted, SESSION),
-        f"/patch, {longest} tokens from 0": lambda: handlers.patching(
+        "/logit_attribution": lambda: handlers.attribution.attribution(len(ids) - 1, "", SESSION),
+        "/patch, names pair": lambda: handlers.patching.patching(clean, corrupted, SESSION),
+        f"/patch, {longest} tokens from 0": lambda: handlers.patching.patching(
             tokenizer.decode(long_ids), tokenizer.decode(long_other), SESSION),
     }
     for name, call in cases.items():

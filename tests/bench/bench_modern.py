@@ -175,7 +175,7 @@ def smollm2(threads: list[int]) -> None:
             times = []
             for _ in range(3):
                 started = time.perf_counter()
-                outputs = attention.analyse(text, "bench")
+                outputs = attention.analysis.analyse(text, "bench")
                 payload = sum(len(out.to_json()) for out in outputs if hasattr(out, "to_json"))  # as Gradio sends
                 times.append(time.perf_counter() - started)
             print(f"analyse, {config.n_layer * config.n_head} heads at {len(ids)} tokens, {n} thread(s): median "

@@ -90,7 +90,7 @@ def main() -> None:
         times = []
         for _ in range(RUNS):
             start = time.perf_counter()
-            outputs = attention.analyse(text, "alice")
+            outputs = attention.analysis.analyse(text, "alice")
             payload = sum(len(out.to_json()) for out in outputs if hasattr(out, "to_json"))  # as Gradio sends them
             times.append(time.perf_counter() - start)
         print(f"Attention analyse, {config.n_layer * config.n_head} heads at {len(ids)} tokens, {threads} thread(s): "
@@ -98,8 +98,9 @@ def main() -> None:
 
     # The inside tools on the last analysis, at the server's one thread: importance is cut to the budget.
     torch.set_num_threads(settings.torch_threads)
-    for name, tool in (("head importance (every head off alone)", lambda: attention.importance("zero", "alice")),
-                       ("logit lens", lambda: attention.lens(5, "alice"))):
+    for name, tool in (("head importance (every head off alone)",
+                        lambda: attention.knockouts.importance("zero", "alice")),
+                       ("logit lens", lambda: attention.lens.lens(5, "alice"))):
         start = time.perf_counter()
         tool()
         print(f"{name}, 1 thread: {time.perf_counter() - start:.2f} s")

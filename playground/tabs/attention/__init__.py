@@ -3,7 +3,8 @@ step, knock-outs and importance, the logit lens, why a token: logit attribution,
 head's circuits) with an export of it all.
 
 A package of one module per section (see `layout`, which lays them out and wires them). The app builds
-the tab with `build(ctx)`; tests and benchmarks call `AttentionHandlers(ctx)`'s methods.
+the tab with `build(ctx)`; tests and benchmarks call the sections' handlers that `AttentionHandlers(ctx)`
+makes (`handlers.analysis.analyse`, `handlers.knockouts.knock_out`).
 Never imports another tab.
 """
 

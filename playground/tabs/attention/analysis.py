@@ -26,7 +26,7 @@ from playground import validate
 from playground.context import AppContext
 from playground.figures import attention as figures
 from playground.gradio_internals import Dependency
-from playground.tabs.attention.common import Analysis, AttentionBase, Page, md, plot, reading_of
+from playground.tabs.attention.common import Analyses, Analysis, Page, md, plot, reading_of
 
 EXAMPLES = [
     "First Citizen:\nBefore we proceed any further, hear me speak.",
@@ -43,8 +43,11 @@ EXAMPLES = [
 ]
 
 
-class Handlers(AttentionBase):
+class Handlers:
     """Analyse, the pickers, the large view and the head view, and the text buttons."""
+
+    def __init__(self, ctx: AppContext, analyses: Analyses) -> None:
+        self.ctx, self.analyses = ctx, analyses
 
     def analyse(self, text: str, request: gr.Request):
         """Run the model on `text` and read every attention head; the analysis tools (head_steps, ablate,
@@ -114,14 +117,14 @@ class Handlers(AttentionBase):
 
     def show_head(self, layer, head, request: gr.Request):
         """The large view of one head of the last analysis."""
-        analysis = self._analysis(request)
-        layer, head = self._layer_head(analysis, layer, head)
+        analysis = self.analyses.last(request)
+        layer, head = self.analyses.layer_head(analysis, layer, head)
         return figures.head_heatmap(analysis.weights()[layer, head], analysis.labels, layer, head)
 
     def show_query(self, layer, query, request: gr.Request):
         """The head view of one query token in one layer of the last analysis, and its note."""
-        analysis = self._analysis(request)
-        layer, _ = self._layer_head(analysis, layer, 0)
+        analysis = self.analyses.last(request)
+        layer, _ = self.analyses.layer_head(analysis, layer, 0)
         query = validate.integer(query, "Query token", 0, len(analysis.ids) - 1)
         return self._head_view(analysis, layer, query)
 
@@ -138,9 +141,9 @@ class Handlers(AttentionBase):
 
     def select_head(self, evt: gr.SelectData, request: gr.Request):
         """A click on a row of the summary table opens that head in the large view."""
-        analysis = self._analysis(request)
+        analysis = self.analyses.last(request)
         row = evt.row_value or [None, None]  # the clicked row's values (layer, head first), even if sorted
-        layer, head = self._layer_head(analysis, row[0], row[1])
+        layer, head = self.analyses.layer_head(analysis, row[0], row[1])
         return layer, head, self.show_head(layer, head, request)
 
     def last_text(self, request: gr.Request) -> str:

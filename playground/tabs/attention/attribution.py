@@ -13,7 +13,7 @@ from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
 from playground.figures import why
-from playground.tabs.attention.common import AttentionBase, Page, head_name, md, plot
+from playground.tabs.attention.common import Analyses, Page, head_name, md, plot
 
 # What a new analysis clears, by output (`build` returns the components under these names).
 CLEARED = {"note": "", "heads": None, "parts": None}
@@ -27,13 +27,16 @@ ATTRIBUTION_HELP = (
 )
 
 
-class Handlers(AttentionBase):
+class Handlers:
     """Direct logit attribution at the picked query token."""
+
+    def __init__(self, ctx: AppContext, analyses: Analyses) -> None:
+        self.ctx, self.analyses = ctx, analyses
 
     def attribution(self, query, alternative, request: gr.Request):
         """A note naming the prediction, the alternative and the largest shares; the head grid; the bars."""
         alternative = validate.text(alternative, "Alternative", ALTERNATIVE_MAX_CHARS, allow_empty=True)
-        with self._current(request) as (_, analysis, reading):
+        with self.analyses.current(request) as (_, analysis, reading):
             query = validate.integer(query, "Query token", 0, len(analysis.ids) - 1)
             tokenizer = reading.tokenizer
             other = _one_token(tokenizer, alternative) if alternative else None
@@ -54,7 +57,7 @@ class Handlers(AttentionBase):
                 "embeddings": parts.embeddings, "heads": parts.heads.tolist(),
                 "feed_forward": parts.feed_forward.tolist(), "biases": parts.biases,
             }
-        return {**mine, **super().exported(results, tokenizer)}
+        return mine
 
 
 def _one_token(tokenizer: Tokenizer, text: str) -> int:

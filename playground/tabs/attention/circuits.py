@@ -13,7 +13,7 @@ from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
 from playground.figures import why
-from playground.tabs.attention.common import AttentionBase, Page, head_name, plot
+from playground.tabs.attention.common import Analyses, Page, head_name, plot
 
 # What a new analysis clears, by output (`build` returns the components under these names).
 CLEARED = {"note": "", "qk": None, "positional": None, "ov": None}
@@ -30,13 +30,16 @@ CIRCUITS_HELP = (
 )
 
 
-class Handlers(AttentionBase):
+class Handlers:
     """A head's circuits."""
+
+    def __init__(self, ctx: AppContext, analyses: Analyses) -> None:
+        self.ctx, self.analyses = ctx, analyses
 
     def circuits(self, layer, head, request: gr.Request):
         """A note with the copying score; the QK circuit, the positional one (or none), the OV circuit."""
-        with self._current(request) as (_, analysis, reading):
-            layer, head = self._layer_head(analysis, layer, head)
+        with self.analyses.current(request) as (_, analysis, reading):
+            layer, head = self.analyses.layer_head(analysis, layer, head)
             vocab = reading.model.config.vocab_size
             if vocab > MAX_CIRCUIT_VOCAB:  # GPT-2, SmolLM2: a note, not an error over three empty plots
                 return (f"This model's vocabulary has {vocab:,} tokens: circuits are drawn for at most "
@@ -59,7 +62,7 @@ class Handlers(AttentionBase):
                 "positional_qk": None if circuit.positional_qk is None else circuit.positional_qk.tolist(),
                 "copying_score": circuit.copying_score,
             }
-        return {**mine, **super().exported(results, tokenizer)}
+        return mine
 
 
 def _note(circuit, position: str) -> str:

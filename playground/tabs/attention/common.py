@@ -1,23 +1,21 @@
-"""What every section of the Attention tab shares: the base of every section's handlers (`AttentionBase`),
-which keeps the session's analysis (`Analysis`, declared with the session's state in `playground.sessions`),
-and small helpers (the model read, a checkbox, a head's name, a Markdown-safe token, a plot with PNG and
-SVG buttons).
+"""What every section of the Attention tab shares: the sessions' analyses as the sections read them
+(`Analyses`; `Analysis` is declared with the session's state in `playground.sessions`), what the export
+reads of each tool (`Tool`), the page the tools follow (`Page`), and small helpers (the model read, a
+head's name, a Markdown-safe token, a plot with PNG and SVG buttons).
 
-A section is one module with a `Handlers` class (a mixin of `AttentionBase`) and a `build` function;
-`layout` mixes every section's handlers into `AttentionHandlers` and lays the sections out.
+A section is one module with a `Handlers` class, made with what it depends on (the app's context and
+the `Analyses`; the export also the tools whose results it gathers), and a `build` function; `layout`
+makes every section's handlers (`AttentionHandlers`) and lays the sections out.
 Never imports a section or the layout: they build on this module.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Protocol
 
 import gradio as gr
 
@@ -64,28 +62,27 @@ def plot(label: str, elem_id: str, **kwargs) -> gr.Plot:
     return plot
 
 
-class AttentionBase:
-    """The tab's handlers as plain methods (tests call them with a session id as request): what every
-    section needs. Each section adds its own handlers; `exported` gathers what each found for the export."""
+class Analyses:
+    """The sessions' analyses as every section reads them (each section's handlers are given this):
+    the last one, and the one to run a tool on, under the session's job lock with the model it shows."""
 
     def __init__(self, ctx: AppContext) -> None:
         self.ctx = ctx
-        self.scratch = Path(tempfile.mkdtemp(prefix="attention-exports-"))  # exports to download
-        atexit.register(shutil.rmtree, self.scratch, ignore_errors=True)
 
-    def _analysis(self, request: gr.Request) -> Analysis:
+    def last(self, request: gr.Request) -> Analysis:
+        """The session's last analysis, to redraw from (no lock: the pickers' views are cheap)."""
         analysis = self.ctx.registry.get(request).attention
         if analysis is None:
             raise gr.Error("Analyse a text first.")
         return analysis
 
     @staticmethod
-    def _layer_head(analysis: Analysis, layer, head) -> tuple[int, int]:
+    def layer_head(analysis: Analysis, layer, head) -> tuple[int, int]:
         n_layer, n_head = analysis.maps.shape[:2]
         return validate.integer(layer, "Layer", 0, n_layer - 1), validate.integer(head, "Head", 0, n_head - 1)
 
     @contextlib.contextmanager
-    def _current(self, request: gr.Request) -> Iterator[tuple[Session, Analysis, TrainedModel]]:
+    def current(self, request: gr.Request) -> Iterator[tuple[Session, Analysis, TrainedModel]]:
         """The session under its job lock, its analysis and the model the tab reads, which must be
         the one the analysis shows, as it is now."""
         with self.ctx.registry.job(request, "attention") as session:
@@ -96,17 +93,14 @@ class AttentionBase:
                 raise gr.Error(STALE)
             yield session, analysis, reading
 
-    def _folder(self, session: Session) -> Path:
-        """The session's export folder, named by the server's id for it (never the client's hash)."""
-        return self.scratch / session.id
 
-    def free(self, session: Session) -> None:
-        shutil.rmtree(self._folder(session), ignore_errors=True)
+class Tool(Protocol):
+    """A tool's handlers as the export reads them: what the tool found in an analysis, its part of the
+    export's JSON."""
 
     def exported(self, results: dict, tokenizer: Tokenizer) -> dict:
-        """What the tools found in this analysis (`Analysis.results`), as plain JSON for the export. Each
-        section that keeps a result adds its part and calls `super().exported` for the others'."""
-        return {}
+        """The tool's results kept in `results` (`Analysis.results`) as plain JSON, by name; {} if none."""
+        ...
 
 
 @dataclass

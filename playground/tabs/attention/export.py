@@ -1,24 +1,30 @@
 """Export: the attention weights of the analysed text as `.npy` (and `.csv` while not too large) and
-the analysis as `.json` with what every tool has shown (each section adds its part: `exported`).
+the analysis as `.json` with what every tool has shown (each tool's handlers, given to the export's,
+hand it their part: `exported`).
 Files are named by the app, in a folder named by the server's id for the session. Api `/attention_export`.
-Never imports another section: the others' results reach the JSON through `exported`.
+Never imports another section: the tools' results reach the JSON through the handlers it is given.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 
 import gradio as gr
 import numpy as np
 import pandas as pd
 
 from core.attention import attention_maps
+from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
-from playground.sessions import TrainedModel
-from playground.tabs.attention.common import Analysis, AttentionBase, Page
+from playground.sessions import Session, TrainedModel
+from playground.tabs.attention.common import Analyses, Analysis, Page, Tool
 
 # What a new analysis clears, by output (`build` returns the components under these names).
 CLEARED = {"note": "", "files": None}
@@ -32,14 +38,20 @@ EXPORT_HELP = (
 )
 
 
-class Handlers(AttentionBase):
-    """Prepare the files."""
+class Handlers:
+    """Prepare the files, in a folder of the session's own; `tools` are the handlers whose results the
+    JSON gathers, each its own part (`Tool.exported`)."""
+
+    def __init__(self, ctx: AppContext, analyses: Analyses, tools: Sequence[Tool]) -> None:
+        self.ctx, self.analyses, self.tools = ctx, analyses, tools
+        self.scratch = Path(tempfile.mkdtemp(prefix="attention-exports-"))  # exports to download
+        atexit.register(shutil.rmtree, self.scratch, ignore_errors=True)
 
     def export(self, request: gr.Request) -> tuple[str, list[str]]:
         """The analysis as files to download: the weights (.npy, and .csv when not too large) and
         a .json of the text, its tokens, the summaries and what the tools found. Named by the app,
         in a folder named by the server's id for the session: nothing a client sends names a path."""
-        with self._current(request) as (session, analysis, reading):
+        with self.analyses.current(request) as (session, analysis, reading):
             with validate.user_errors():
                 maps = attention_maps(reading.model, analysis.ids).numpy()  # float32: exact, unlike the kept maps
             folder = self._folder(session)
@@ -57,10 +69,22 @@ class Handlers(AttentionBase):
             else:
                 note = (f"The .csv is left out: it would have {rows:,} rows (at most {MAX_CSV_ROWS:,}). "
                         "The .npy holds every weight; a shorter text makes a smaller .csv.")
-            document = _analysis_json(analysis, reading, self.exported(analysis.results, reading.tokenizer))
+            document = _analysis_json(analysis, reading, self._found(analysis.results, reading.tokenizer))
             (folder / EXPORT_NAMES["json"]).write_text(json.dumps(document, allow_nan=False), encoding="utf-8")
             written.append(folder / EXPORT_NAMES["json"])
         return note, [str(path) for path in written]
+
+    def _found(self, results: dict, tokenizer: Tokenizer) -> dict:
+        """What the tools found in this analysis (`Analysis.results`), as plain JSON: each tool's part, in
+        the tools' order."""
+        return {name: value for tool in self.tools for name, value in tool.exported(results, tokenizer).items()}
+
+    def _folder(self, session: Session) -> Path:
+        """The session's export folder, named by the server's id for it (never the client's hash)."""
+        return self.scratch / session.id
+
+    def free(self, session: Session) -> None:
+        shutil.rmtree(self._folder(session), ignore_errors=True)
 
 
 def _weights_frame(maps: np.ndarray, labels: list[str]) -> pd.DataFrame:

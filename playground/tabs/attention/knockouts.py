@@ -19,7 +19,7 @@ from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
 from playground.figures import inside
-from playground.tabs.attention.common import Analysis, AttentionBase, Page, head_name, plot
+from playground.tabs.attention.common import Analyses, Analysis, Page, head_name, plot
 
 # What a new analysis clears, by output (`build` returns the components under these names, and `heads`,
 # which a new analysis fills with its heads: `Handlers.heads_to_pick`).
@@ -38,14 +38,17 @@ MODE_HELP = ("zeroed: the head writes nothing. Mean: it writes its average over 
              "every token, so what it writes everywhere stays and only what depends on the token goes.")
 
 
-class Handlers(AttentionBase):
+class Handlers:
     """Knock out, head importance, and the heads a new analysis offers to switch off."""
+
+    def __init__(self, ctx: AppContext, analyses: Analyses) -> None:
+        self.ctx, self.analyses = ctx, analyses
 
     def knock_out(self, heads, mode, request: gr.Request) -> tuple[str, str, str]:
         """The loss on the analysed text with `heads` switched off, and a greedy continuation of it
         with and without them: a note and the two continuations."""
         mode = validate.choice(mode, "Mode", ABLATIONS)
-        with self._current(request) as (_, analysis, reading):
+        with self.analyses.current(request) as (_, analysis, reading):
             model, tokenizer = reading.model, reading.tokenizer
             off = _heads(heads, *analysis.maps.shape[:2])
             n_new = min(CONTINUATION_TOKENS, self.ctx.settings.max_new_tokens)
@@ -75,7 +78,7 @@ class Handlers(AttentionBase):
     def importance(self, mode, request: gr.Request):
         """Every head's importance: the loss increase on the analysed text when it alone is off."""
         mode = validate.choice(mode, "Mode", ABLATIONS)
-        with self._current(request) as (_, analysis, reading):
+        with self.analyses.current(request) as (_, analysis, reading):
             cached = analysis.results.setdefault("importance", {})
             # A pass per head costs the model's size times the tokens: a large model's is capped to the
             # server's budget (GPT-2 gets ~16 tokens instead of 40 s of a core); a small model's never is.
@@ -110,7 +113,7 @@ class Handlers(AttentionBase):
         if "importance" in results:
             mine["importance"] = {mode: values.tolist() for mode, values in results["importance"].items()}
             mine["importance_tokens"] = results["importance_tokens"]  # the loss's tokens: the first n
-        return {**mine, **super().exported(results, tokenizer)}
+        return mine
 
 
 def _heads(value, n_layer: int, n_head: int) -> list[tuple[int, int]]:

@@ -13,7 +13,7 @@ from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
 from playground.figures import inside
-from playground.tabs.attention.common import AttentionBase, Page, plot
+from playground.tabs.attention.common import Analyses, Page, plot
 
 # What a new analysis clears, by output (`build` returns the components under these names).
 CLEARED = {"note": "", "plot": None}
@@ -26,13 +26,16 @@ LENS_HELP = (
 )
 
 
-class Handlers(AttentionBase):
+class Handlers:
     """Show the logit lens."""
+
+    def __init__(self, ctx: AppContext, analyses: Analyses) -> None:
+        self.ctx, self.analyses = ctx, analyses
 
     def lens(self, top_k, request: gr.Request):
         """The logit lens on the analysed text: a note on where the answer appears, and the figure."""
         top_k = validate.integer(top_k, "Top predictions", 1, LENS_TOP_K_MAX)
-        with self._current(request) as (_, analysis, reading):
+        with self.analyses.current(request) as (_, analysis, reading):
             with validate.user_errors():
                 result = logit_lens(reading.model, analysis.ids, top_k)
             analysis.results["lens"] = result
@@ -48,7 +51,7 @@ class Handlers(AttentionBase):
                 **{name: getattr(lens, name).tolist() for name in ("top_ids", "top_probs", "target_probs",
                                                                    "target_ranks")},
             }
-        return {**mine, **super().exported(results, tokenizer)}
+        return mine
 
 
 def _top_labels(result: LogitLens, tokenizer: Tokenizer) -> list[list[list[str]]]:

@@ -14,7 +14,7 @@ from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
 from playground.figures import why
-from playground.tabs.attention.common import AttentionBase, Page, head_name, md, plot
+from playground.tabs.attention.common import Analyses, Page, head_name, md, plot
 
 # What a new analysis clears, by output (`build` returns the components under these names).
 CLEARED = {"note": "", "residual": None, "heads": None}
@@ -38,8 +38,11 @@ PATCHING_HELP = (
 )
 
 
-class Handlers(AttentionBase):
+class Handlers:
     """Patch the clean run into the corrupted one."""
+
+    def __init__(self, ctx: AppContext, analyses: Analyses) -> None:
+        self.ctx, self.analyses = ctx, analyses
 
     def patching(self, clean, corrupted, request: gr.Request):
         """A note on the two answers and the part that restores most; the stream and head heatmaps (none,
@@ -48,7 +51,7 @@ class Handlers(AttentionBase):
         cap = self.ctx.settings.cap_hint("max_prompt_chars")
         clean = validate.text(clean, "Clean text", limit, cap=cap)
         corrupted = validate.text(corrupted, "Corrupted text", limit, cap=cap)
-        with self._current(request) as (_, analysis, reading):
+        with self.analyses.current(request) as (_, analysis, reading):
             model, tokenizer = reading.model, reading.tokenizer
             clean_ids = validate.tokens(tokenizer, clean, "Clean text")
             corrupted_ids = validate.tokens(tokenizer, corrupted, "Corrupted text")
@@ -97,7 +100,7 @@ class Handlers(AttentionBase):
                 "residual": None if result.residual is None else result.residual.tolist(),
                 "heads": None if result.heads is None else result.heads.tolist(),
             }
-        return {**mine, **super().exported(results, tokenizer)}
+        return mine
 
 
 def _fits(tokenizer: Tokenizer, pair: tuple[str, str]) -> bool:

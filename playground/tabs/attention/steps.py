@@ -17,7 +17,7 @@ from playground import validate
 from playground.context import AppContext
 from playground.figures import attention as figures
 from playground.figures import inside
-from playground.tabs.attention.common import AttentionBase, Page, md, plot
+from playground.tabs.attention.common import Analyses, Page, md, plot
 
 # What a new analysis clears, by output (`build` returns the components under these names).
 CLEARED = {"note": "", "table": None, "vectors": None}
@@ -29,14 +29,17 @@ STEPS_HELP = (
 )
 
 
-class Handlers(AttentionBase):
+class Handlers:
     """Show the steps, and follow the pickers once they are shown."""
+
+    def __init__(self, ctx: AppContext, analyses: Analyses) -> None:
+        self.ctx, self.analyses = ctx, analyses
 
     def head_steps(self, layer, head, query, without_scale, without_mask, request: gr.Request):
         """One head's arithmetic for one query token of the analysed text: a note, the table of
         scores and weights (the toggles add the weights without sqrt(d), without the mask), the vectors."""
-        with self._current(request) as (_, analysis, reading):
-            layer, head = self._layer_head(analysis, layer, head)
+        with self.analyses.current(request) as (_, analysis, reading):
+            layer, head = self.analyses.layer_head(analysis, layer, head)
             query = validate.integer(query, "Query token", 0, len(analysis.ids) - 1)
             without_scale = validate.flag(without_scale, "Without ÷√d")
             without_mask = validate.flag(without_mask, "Without the mask")
@@ -59,8 +62,7 @@ class Handlers(AttentionBase):
         return self.head_steps(layer, head, query, without_scale, without_mask, request)
 
     def exported(self, results: dict, tokenizer: Tokenizer) -> dict:
-        mine = {"head_steps": results["steps"].to_dict()} if "steps" in results else {}
-        return {**mine, **super().exported(results, tokenizer)}
+        return {"head_steps": results["steps"].to_dict()} if "steps" in results else {}
 
 
 def _steps_note(steps: HeadSteps, labels: list[str], without_scale: bool, without_mask: bool) -> str:
