@@ -1,0 +1,165 @@
+"""Stepping together (core.group): a learner cannot tell from the numbers whether it trained in a group or alone."""
+
+import threading
+
+import pytest
+import torch
+
+from core.config import GPTConfig, TrainConfig
+from core.data import CORPORA, TokenData
+from core.group import StepGroup, groupable, stacked_step
+from core.model import GPT
+from core.observers import standard
+from core.tokenizers import CharTokenizer
+from core.train import Observer, Trainer
+
+TEXT = CORPORA["repeat"].task.corpus(n_lines=300)
+TOKENIZER = CharTokenizer.from_text(TEXT)
+DATA = TokenData.from_text(TEXT, TOKENIZER, 16, answer_after="|")
+TOLERANCE = 1e-5
+
+
+def learner(seed: int, group: StepGroup | None = None, dropout: float = 0.0, **fields) -> Trainer:
+    """A tiny model of the copy task; seed sets its weights, batches and schedule-independent randomness."""
+    model = GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=16,
+                          dropout=dropout), generator=torch.Generator().manual_seed(seed))
+    config = TrainConfig(**{**dict(max_iters=12, batch_size=4, warmup_iters=2, lr_decay_iters=12, eval_interval=4,
+                                   eval_iters=2, learning_rate=3e-3, device="cpu", dtype="float32", seed=seed),
+                            **fields})
+    observers = standard(config, tokenizer=TOKENIZER)  # answer scores on evaluation steps, timing
+    if group is None:
+        return Trainer(model, DATA, config, observers=observers)
+    return Trainer(model, DATA, config, observers=[group.member(), *observers], update=group.update)
+
+
+class StopAt(Observer):
+    """Presses Stop after step `step`, as a learner would halfway."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step(self, trainer, event):
+        if event.step == self.step:
+            trainer.stop()
+
+
+def lesson(trainer: Trainer, stop_at: int | None) -> None:
+    """Train; with `stop_at`, Stop there, then Train again to the end."""
+    if stop_at is not None:
+        trainer.observers.append(StopAt(stop_at))
+    list(trainer.run())
+    if stop_at is not None:
+        assert trainer.step == stop_at
+        list(trainer.run())
+    assert trainer.step == trainer.config.max_iters
+
+
+def assert_same_lesson(grouped: Trainer, alone: Trainer) -> None:
+    assert len(grouped.history) == len(alone.history) == grouped.config.max_iters
+    for a, b in zip(grouped.history, alone.history):
+        assert a.keys() == b.keys()
+        for key in a:  # train and validation loss, learning rate, answer loss and accuracy
+            assert a[key] == pytest.approx(b[key], abs=TOLERANCE) if a[key] is not None else b[key] is None, key
+    assert any("answer_accuracy" in row for row in grouped.history)
+    for (name, p), q in zip(grouped.model.named_parameters(), alone.model.parameters()):
+        torch.testing.assert_close(p, q, atol=TOLERANCE, rtol=0, msg=name)
+    a, b = grouped.optimizer.state_dict(), alone.optimizer.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    for index, moments in b["state"].items():
+        for key, value in moments.items():
+            assert a["state"][index][key].dtype == value.dtype
+            torch.testing.assert_close(a["state"][index][key], value, atol=TOLERANCE, rtol=0)
+
+
+def run_threads(jobs) -> None:
+    threads = [threading.Thread(target=job) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+
+
+def test_a_group_trains_each_learner_as_if_alone():
+    """Three learners (one pressing Stop halfway, then Train again), a fourth joining mid-way and one leaving
+    early, each in its own thread: every curve, answer score, weight and optimizer moment is the lone run's."""
+    group = StepGroup(max_wait=30.0)  # ticks fire when every running member has arrived: the wait never ends one
+    plan = {1: dict(stop_at=6), 2: dict(), 3: dict(max_iters=5, lr_decay_iters=5), 4: dict()}  # 3 leaves early
+    fields = {seed: {k: v for k, v in p.items() if k != "stop_at"} for seed, p in plan.items()}
+    grouped = {seed: learner(seed, group, **fields[seed]) for seed in plan}
+    alone = {seed: learner(seed, **fields[seed]) for seed in plan}
+
+    late = threading.Thread(target=lesson, args=(grouped[4], None))
+
+    class StartTheLateOne(Observer):  # learner 4 presses Train while 1 is at step 3
+        def on_step(self, trainer, event):
+            if event.step == 3 and not late.is_alive() and grouped[4].step == 0:
+                late.start()
+
+    grouped[1].observers.append(StartTheLateOne())
+    run_threads([lambda s=seed: lesson(grouped[s], plan[s].get("stop_at")) for seed in (1, 2, 3)])
+    late.join(timeout=120)
+    for seed in plan:
+        lesson(alone[seed], plan[seed].get("stop_at"))
+        assert_same_lesson(grouped[seed], alone[seed])
+    assert group.members == 0 and group.timeouts == 0
+    assert max(group.tick_sizes) >= 3  # they did step together
+
+
+def test_a_checkpoint_of_a_grouped_run_continues_alone_identically():
+    group = StepGroup(max_wait=30.0)
+    grouped = [learner(seed, group) for seed in (1, 2)]
+    run_threads([lambda t=t: list(t.run(until=6)) for t in grouped])
+    assert group.tick_sizes[2] >= 1
+    saved = torch.load(_saved({"model": grouped[0].model.state_dict(), "training": grouped[0].state_dict()}))
+
+    resumed = learner(1)  # fresh: its weights, step, moments, random states and curve come from the checkpoint
+    resumed.model.load_state_dict(saved["model"])
+    resumed.load_state_dict(saved["training"])
+    run_threads([lambda t=t: list(t.run()) for t in grouped])
+    list(resumed.run())
+    assert_same_lesson(grouped[0], resumed)
+
+
+def _saved(checkpoint: dict):
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    buffer.seek(0)
+    return buffer
+
+
+def test_a_lone_member_steps_at_once_and_an_outsider_steps_alone():
+    """A group of one never waits for absent members; a trainer that never joined steps without the group."""
+    group = StepGroup(max_wait=30.0)
+    member = learner(1, group)
+    list(member.run())
+    outsider = learner(2, max_iters=3)
+    outsider.update = group.update  # an update without membership: a tick of its own, at once
+    list(outsider.run())
+    assert group.timeouts == 0 and member.step == 12 and outsider.step == 3
+
+
+def test_models_with_dropout_are_not_grouped_and_train_as_alone():
+    group = StepGroup(max_wait=30.0)
+    grouped, alone = learner(1, group, dropout=0.1), learner(1, dropout=0.1)
+    assert not groupable(grouped)
+    list(grouped.run())
+    list(alone.run())
+    assert grouped.history == alone.history and not group.tick_sizes
+
+
+def test_after_a_divergence_a_grouped_learner_starts_afresh_as_a_lone_one_does():
+    """The guard restores weights and clears AdamW's state; the next stacked step starts new moments."""
+    pair = [learner(1), learner(1)]
+    for trainer in pair:
+        list(trainer.run(until=4))
+        trainer.optimizer.state.clear()
+    x, y = pair[0].batch()
+    pair[1].batch()
+    stacked = stacked_step([(pair[0], x, y, 1e-3)])[0]
+    lone = Trainer.gradient_step(pair[1], x, y, 1e-3)
+    assert stacked == pytest.approx(lone, abs=TOLERANCE)
+    for p, q in zip(pair[0].model.parameters(), pair[1].model.parameters()):
+        torch.testing.assert_close(p, q, atol=TOLERANCE, rtol=0)
