@@ -198,7 +198,8 @@ def stacked_step(steps: list[tuple[Trainer, torch.Tensor, torch.Tensor, float]])
     def loss_of(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         return functional_call(template, (weights, buffers), (xs, ys))[1].float()
 
-    template.train()
+    for trainer in trainers:
+        trainer.model.train()  # as gradient_step leaves each model
     with torch.enable_grad(), trainers[0].autocast(), template.explicit_attention():  # SDPA has no vmap rule on CPU
         grads, losses = vmap(grad_and_value(loss_of))(stacked, x, y)
 
