@@ -10,7 +10,7 @@ the group and blocks until a tick has stepped it. A tick fires when every member
 arrived (or `max_wait` seconds after the first arrival, so a member busy elsewhere, say evaluating or
 streaming, delays the others at most that long) and takes whoever is waiting: members join when their
 run starts and leave when it ends (the `member()` observer), so a stopped or finished member never
-holds the others, and a lone member steps at once.
+holds the others, and a lone member steps at once (with the plain `gradient_step`: the same step).
 
 One tick: the waiting members' parameters and AdamW moments are stacked (`torch.stack`, by model
 shape), `vmap(grad_and_value(...))` over `functional_call` gives each model its loss and gradient on its
@@ -25,6 +25,11 @@ checkpoints, load_state_dict, the divergence guard's restore and optimizer reset
 attention probes) works unchanged, and membership can change on any tick. The copies cost two passes
 over the weights and moments per tick; stacks as storage (parameters as views) would save them where
 that matters (a large room on a GPU).
+
+Where it pays (tests/bench/bench_group.py): not on two CPU cores, where the stacked round of the
+default task's model takes 1.3-1.5x as long as the same steps one after another (the batched matmuls
+are no faster there, and the stacking adds copies); on a GPU, where one small model's step leaves the
+device idle, the issue's measurements with the same form found 17x at 60 models and 76x at 1,000.
 
 Not grouped (they step alone, with `Trainer.gradient_step`, and never count as members): dropout > 0
 (a stacked step cannot draw each model's private dropout stream as a lone step does), gradient
@@ -153,7 +158,9 @@ class StepGroup:
             shapes.setdefault(_shape(request.trainer), []).append(request)
         for requests in shapes.values():
             try:
-                results = stacked_step([(r.trainer, r.x, r.y, r.lr) for r in requests])
+                steps = [(r.trainer, r.x, r.y, r.lr) for r in requests]
+                # alone, the plain step is the same step, without vmap's overhead (half the time on a CPU)
+                results = stacked_step(steps) if len(steps) > 1 else [Trainer.gradient_step(*steps[0])]
                 for request, result in zip(requests, results):
                     request.result = result
             except BaseException as error:  # every member of the stack sees it, in its own thread
