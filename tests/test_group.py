@@ -169,3 +169,20 @@ def test_after_a_divergence_a_grouped_learner_starts_afresh_as_a_lone_one_does()
     assert stacked == pytest.approx(lone, abs=TOLERANCE)
     for p, q in zip(pair[0].model.parameters(), pair[1].model.parameters()):
         torch.testing.assert_close(p, q, atol=TOLERANCE, rtol=0)
+
+
+def test_a_member_paused_between_steps_holds_the_others_back_only_until_the_wait_ends():
+    """A run whose events nobody reads (a browser gone quiet) is still a member; the others step without it
+    after `max_wait`, and their lessons are unchanged. Dropping the paused run makes it leave."""
+    group = StepGroup(max_wait=0.01)
+    paused, busy = learner(1, group), learner(2, group)
+    events = paused.run()
+    next(events)  # one step, then its reader stops reading: it stays a member
+    assert group.members == 1
+    run_threads([lambda: list(busy.run())])
+    assert busy.step == 12 and group.timeouts == 12  # each of its ticks waited for the paused one, then went
+    alone = learner(2)
+    list(alone.run())
+    assert_same_lesson(busy, alone)
+    events.close()
+    assert group.members == 0
