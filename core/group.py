@@ -66,6 +66,7 @@ class _Request:
     x: torch.Tensor
     y: torch.Tensor
     lr: float
+    taken: bool = False  # by a tick (under the group's lock)
     done: threading.Event = field(default_factory=threading.Event)
     result: tuple[float, float] | None = None
     error: BaseException | None = None
@@ -77,7 +78,7 @@ class StepGroup:
     def __init__(self, max_wait: float = 0.1) -> None:
         self.max_wait = max_wait
         self._members: Counter[Trainer] = Counter()  # running trainers (a count: a run inside a run is harmless)
-        self._waiting: list[_Request] = []
+        self._waiting: dict[Trainer, _Request] = {}
         self._lock = threading.Condition()
         self.tick_sizes: Counter[int] = Counter()  # how many members each tick stepped: size -> ticks
         self.timeouts = 0  # ticks fired by max_wait rather than by everyone arriving
@@ -117,16 +118,12 @@ class StepGroup:
         """A member's Trainer `update`: its step, taken in the group's next tick (returns loss, gradient norm)."""
         if not groupable(trainer):
             return Trainer.gradient_step(trainer, x, y, lr)
-        request = _Request(trainer, x, y, lr)
+        request, tick = _Request(trainer, x, y, lr), None
         with self._lock:
-            self._waiting.append(request)
-            self._lock.notify_all()
+            self._waiting[trainer] = request
             deadline = time.monotonic() + self.max_wait
-            while True:
-                if request.done.is_set() or request not in self._waiting:
-                    tick = None  # stepped, or being stepped by another thread's tick
-                    break
-                if self._everyone_arrived():
+            while not request.taken:  # else another thread's tick steps it
+                if self._everyone_arrived():  # the last to arrive fires the tick, no thread woken for it
                     tick = self._take()
                     break
                 left = deadline - time.monotonic()
@@ -143,19 +140,21 @@ class StepGroup:
         return request.result
 
     def _everyone_arrived(self) -> bool:
-        waiting = {r.trainer for r in self._waiting}
-        return all(member in waiting for member in self._members)
+        return self._members.keys() <= self._waiting.keys()
 
     def _take(self) -> list[_Request]:
-        tick, self._waiting = self._waiting, []
+        tick, self._waiting = list(self._waiting.values()), {}
+        for request in tick:
+            request.taken = True
         self.tick_sizes[len(tick)] += 1
+        self._lock.notify_all()  # the others stop waiting for arrivals and wait for their results
         return tick
 
     def _step(self, tick: list[_Request]) -> None:
-        """Step every request of a tick, one stack per model shape; every request gets its result or the error."""
+        """Step every request of a tick, one stack per model and batch shape; each gets its result or the error."""
         shapes: dict[tuple, list[_Request]] = {}
-        for request in tick:
-            shapes.setdefault(_shape(request.trainer), []).append(request)
+        for request in tick:  # a batch of another size is another stack too
+            shapes.setdefault((_shape(request.trainer), request.x.shape), []).append(request)
         for requests in shapes.values():
             try:
                 steps = [(r.trainer, r.x, r.y, r.lr) for r in requests]

@@ -85,12 +85,12 @@ def run_threads(jobs) -> None:
 
 def test_a_group_trains_each_learner_as_if_alone():
     """Three learners (one pressing Stop halfway, then Train again), a fourth joining mid-way and one leaving
-    early, each in its own thread: every curve, answer score, weight and optimizer moment is the lone run's."""
+    early, one with batches of another size, each in its own thread: every curve, answer score, weight and optimizer moment is the lone run's."""
     group = StepGroup(max_wait=30.0)  # ticks fire when every running member has arrived: the wait never ends one
     plan = {1: dict(stop_at=6),
             2: dict(learning_rate=2e-3, weight_decay=0.05, beta1=0.8, beta2=0.95, grad_clip=0.5),  # its own settings
             3: dict(max_iters=5, lr_decay_iters=5, grad_clip=0.0),  # leaves early; never clipped
-            4: dict()}
+            4: dict(batch_size=8)}  # a stack of its own
     fields = {seed: {k: v for k, v in p.items() if k != "stop_at"} for seed, p in plan.items()}
     grouped = {seed: learner(seed, group, **fields[seed]) for seed in plan}
     alone = {seed: learner(seed, **fields[seed]) for seed in plan}
