@@ -84,8 +84,9 @@ def run_threads(jobs) -> None:
 
 
 def test_a_group_trains_each_learner_as_if_alone():
-    """Three learners (one pressing Stop halfway, then Train again), a fourth joining mid-way and one leaving
-    early, one with batches of another size, each in its own thread: every curve, answer score, weight and optimizer moment is the lone run's."""
+    """Three learners with settings of their own (one pressing Stop halfway, then Train again, one leaving
+    early) and a fourth joining mid-way with batches of another size, each in its own thread: every curve,
+    answer score, weight and optimizer moment is the lone run's."""
     group = StepGroup(max_wait=30.0)  # ticks fire when every running member has arrived: the wait never ends one
     plan = {1: dict(stop_at=6),
             2: dict(learning_rate=2e-3, weight_decay=0.05, beta1=0.8, beta2=0.95, grad_clip=0.5),  # its own settings
