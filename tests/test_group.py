@@ -1,5 +1,6 @@
 """Stepping together (core.group): a learner cannot tell from the numbers whether it trained in a group or alone."""
 
+import io
 import threading
 
 import pytest
@@ -128,9 +129,8 @@ def test_a_checkpoint_of_a_grouped_run_continues_alone_identically():
     assert_same_lesson(grouped[0], resumed)
 
 
-def _saved(checkpoint: dict):
-    import io
-
+def _saved(checkpoint: dict) -> io.BytesIO:
+    """The checkpoint as torch.save writes it, ready to load."""
     buffer = io.BytesIO()
     torch.save(checkpoint, buffer)
     buffer.seek(0)
