@@ -29,7 +29,8 @@ that matters (a large room on a GPU).
 Where it pays (tests/bench/bench_group.py): not on two CPU cores, where the stacked round of the
 default task's model takes 1.3-1.5x as long as the same steps one after another (the batched matmuls
 are no faster there, and the stacking adds copies); on a GPU, where one small model's step leaves the
-device idle, the issue's measurements with the same form found 17x at 60 models and 76x at 1,000.
+device idle: 4.7x at 60 models and 6.1x at 1,000 on an H200, bounded by the copies in and out, whose
+per-member bookkeeping takes ten times the GPU's own time at 1,000 (tests/bench/README.md).
 
 Not grouped (they step alone, with `Trainer.gradient_step`, and never count as members): dropout > 0
 (a stacked step cannot draw each model's private dropout stream as a lone step does), gradient
