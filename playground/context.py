@@ -11,7 +11,8 @@ components that tabs share.
             with ctx.registry.job(request, "attention"):
                 ...
 
-Shared: `share`, the round-robin turns every training takes step by step (`core.schedule`),
+Shared: `share`, the round-robin turns trainings take step by step (`core.schedule`), `group`, where
+the Train tab's trainings step together instead on a GPU host (`core.group`; `stacked()` says where),
 `pretrained`, one copy of each pretrained model's weights (`playground.pretrained`), and `store`,
 where each browser's model is kept across restarts (`playground.store`).
 
@@ -40,6 +41,8 @@ import gradio as gr
 
 from core.config import TrainConfig
 from core.data import TokenData
+from core.device import resolve_device
+from core.group import StepGroup, groupable
 from core.model import GPT
 from core.observers import standard
 from core.schedule import FairShare
@@ -63,6 +66,7 @@ class AppContext:
     tabs: gr.Tabs
     demo: gr.Blocks | None = None  # for `ctx.demo.load(...)` (runs when a page opens)
     share: FairShare = field(default_factory=FairShare)  # turns for every session's training steps
+    group: StepGroup = field(default_factory=StepGroup)  # where trainings step together (`stacked`)
     store: StateStore | None = None  # where models outlive the process (playground.store); None: memory only
     # The pretrained models every session may read, by CATALOGUE key (made from the settings if None).
     pretrained: dict[str, SharedPretrained] | None = None
@@ -91,11 +95,30 @@ class AppContext:
         on ZeroGPU everything does (torch says CUDA is here, but it is only in the GPU calls)."""
         return "cpu" if n_params < self.settings.gpu_min_params or self.gpu is not None else "auto"
 
+    def stacked(self) -> bool:
+        """Whether the Train tab's trainings step together (`core.group`): the `stack_steps` setting, whose
+        "auto" means on a GPU host; never on ZeroGPU (its GPU is there only inside its calls)."""
+        mode = self.settings.stack_steps
+        return self.gpu is None and (mode == "on" or (mode == "auto" and resolve_device().type == "cuda"))
+
+    @property
+    def trainings(self) -> int:
+        """How many trainings run now: those taking turns and those stepping together."""
+        return self.share.members + self.group.members
+
     def trainer(self, model: GPT, data: TokenData, config: TrainConfig, n_params: int,
                 tokenizer: Tokenizer | None = None) -> Trainer:
-        """The trainer for a session's model: on the device `training_device` picks, taking turns with the
-        others step by step; on ZeroGPU, a model of `gpu_min_params` or more trains in GPU calls, taking
-        turns chunk by chunk (a `ZeroGPU` route among its observers: `playground.zerogpu.run` runs it)."""
+        """The trainer for a session's model. Where trainings step together (`stacked`), on the device core
+        picks (the GPU) at every size, in the group's ticks; a model the group cannot stack (dropout) and
+        every model elsewhere trains on the device `training_device` picks, taking turns with the others
+        step by step; on ZeroGPU, a model of `gpu_min_params` or more trains in GPU calls, taking turns
+        chunk by chunk (a `ZeroGPU` route among its observers: `playground.zerogpu.run` runs it)."""
+        if self.stacked():
+            config = dataclasses.replace(config, device="auto")
+            trainer = Trainer(model, data, config, update=self.group.update,
+                              observers=[self.group.member(), *standard(config, tokenizer=tokenizer)])
+            if groupable(trainer):
+                return trainer
         route = []
         if self.gpu is not None and n_params >= self.settings.gpu_min_params:
             route = [ZeroGPU(data, config, gpu=self.gpu, turns=self.gpu_turns, chunk_s=self.settings.zero_gpu_chunk_s)]

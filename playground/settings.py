@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from core.schedule import default_slots
 
 ENV_PREFIX = "PLAYGROUND_"
+STACK_STEPS = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,15 @@ class Settings:
     baby_concurrency: int = 2
     checkpoint_concurrency: int = 1  # uploads and downloads one at a time: each briefly holds a model's bytes twice
     max_queue_size: int = 100
-    # Models under this many parameters train on the CPU even where there is a GPU: their steps are bound by
-    # kernel launches and Python, and sixty default-task learners on one H200 (16 cores) got their first point
-    # later and light events 10x slower than on two CPU cores (tests/bench/README.md, GPU hosts)
+    # Whether the Train tab's trainings of models of the same shape step together, stacked (core.group): "auto"
+    # on a GPU, where one small model's step leaves the device idle (4.7x at 60 learners, 6.1x at 1,000 on an
+    # H200), not on CPU cores, where the stacked step is slower than the same steps one after another; "on"
+    # everywhere, "off" nowhere (tests/bench/README.md)
+    stack_steps: str = "auto"
+    # Trainings that do not step stacked (stack_steps off, the Ladder's) on models under this many parameters
+    # train on the CPU even where there is a GPU: alone, their steps are bound by kernel launches and Python,
+    # and sixty default-task learners on one H200 got their first point later than on two CPU cores
+    # (tests/bench/README.md, GPU hosts). Stacked trainings use the GPU at every size.
     gpu_min_params: int = 1_000_000
     # On a ZeroGPU Space (playground.zerogpu), bigger models train in GPU calls of this many seconds each (each
     # asks for 20 s more, and the visitor's quota must hold what it asks for), this many at once; the learners
@@ -104,6 +111,8 @@ class Settings:
             value = getattr(self, setting.name)
             if setting.type in ("int", "float") and not value > 0:
                 raise ValueError(f"setting {setting.name} must be positive, got {value!r}")
+        if self.stack_steps not in STACK_STEPS:
+            raise ValueError(f"setting stack_steps must be one of {STACK_STEPS}, got {self.stack_steps!r}")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> "Settings":

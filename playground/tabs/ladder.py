@@ -133,7 +133,7 @@ class LadderHandlers:
             params = _parameter_counts(ladder)
             started, last_ui = time.monotonic(), 0.0
             for event in ladder.climb():
-                now, sharing = time.monotonic(), share.members
+                now, sharing = time.monotonic(), self.ctx.trainings
                 slower = slowdown(sharing, share.slots)  # as the Train tab: crowds refresh less
                 if event.rung is None and now - last_ui < UI_INTERVAL_S * slower:
                     continue

@@ -226,10 +226,11 @@ class RunHandlers:
         movie, scores, scored_step = session.trained.movie, note_plot(NO_SCORES), None
         tokenizer, probe = session.trained.tokenizer, AttentionProbe()  # the views, taken by the clock below
         samples, route = Samples(tokenizer), zerogpu.route(trainer)
+        stacked = trainer.update == self.ctx.group.update  # stepping together, not in turns
         for event in zerogpu.run(trainer, until):
             if session.stop_requested:
                 trainer.stop()
-            now, sharing = time.monotonic(), share.members
+            now, sharing = time.monotonic(), self.ctx.trainings
             slower = slowdown(sharing, share.slots)
             if movie is not None and not event.error and snapshot_due(
                     movie, event, viewing <= VIEW_BUDGET / slower * (trainer.elapsed - trained_before)):
@@ -274,7 +275,7 @@ class RunHandlers:
             if frames and frames[-1].step != scored_step:  # drawn again only when a snapshot came
                 scores, scored_step = scores_plot(movie), frames[-1].step
             where, why = (route.where(), route.refusal) if route is not None else ("", None)
-            status = _status(event, sharing, opening if first else "Training", where, why)
+            status = _status(event, sharing, opening if first else "Training", where, why, together=stacked)
             yield self._update(session, status=status, event=event, sample=sample, attention=attention,
                                model_changed=described, movie_note=movie_note(movie, not event.done),
                                scores=scores, next_step=next_step)
@@ -365,10 +366,11 @@ def _discard(session: Session) -> None:
     session.last_text, session.last_steps = "", []
 
 
-def _status(event, sharing: int = 1, doing: str = "Training", where: str = "", refused: str | None = None) -> str:
+def _status(event, sharing: int = 1, doing: str = "Training", where: str = "", refused: str | None = None,
+            together: bool = False) -> str:
     """What the run is `doing` ("Training a new model" on its first update); `where` it trains when that
     is news (ZeroGPU's GPU, or the CPU after ZeroGPU `refused` it, saying why), else while others train
-    too, how many share the server; and the time left."""
+    too, how many share the server (stepping `together`, or taking turns); and the time left."""
     if event.stopped:
         return _stopped_status(event.step)
     if event.done:
@@ -378,8 +380,8 @@ def _status(event, sharing: int = 1, doing: str = "Training", where: str = "", r
         why = f" ZeroGPU refused the GPU: {refused}" if refused else ""
         return f"{doing} {where}; about {duration(event.eta)} left.{why}"
     if sharing > 1:
-        return (f"{doing}: {sharing} trainings share this server, taking turns step by step; "
-                f"about {duration(event.eta)} left.")
+        how = "the models of the same shape stepping together" if together else "taking turns step by step"
+        return f"{doing}: {sharing} trainings share this server, {how}; about {duration(event.eta)} left."
     return "Training..." if doing == "Training" else f"{doing}."
 
 
