@@ -6,12 +6,11 @@
 
 Each member keeps its own Trainer loop (batches, schedule position, guard, evaluations, Stop and
 continue); only the optimizer step is shared. A member's `update` hands its batch and learning rate to
-the group and blocks until a tick has stepped it. A tick fires when every member that has begun a step
-(entered its turn of the run, the `member()` observer's) has arrived, and takes whoever is waiting: a
-member busy between steps (streaming its page, sampling, kept behind a Stop) is not waited for and
-joins the next tick, and `max_wait` seconds after the first arrival a tick fires anyway. Members join
-when their run starts and leave when it ends, so a stopped or finished member never holds the others,
-and a lone member steps at once (with the plain `gradient_step`: the same step).
+the group and blocks until a tick has stepped it. A tick fires when every member that is running has
+arrived (or `max_wait` seconds after the first arrival, so a member busy elsewhere, say evaluating or
+streaming, delays the others at most that long) and takes whoever is waiting: members join when their
+run starts and leave when it ends (the `member()` observer), so a stopped or finished member never
+holds the others, and a lone member steps at once (with the plain `gradient_step`: the same step).
 
 One tick: the waiting members' parameters and AdamW moments are stacked (`torch.stack`, by model
 shape), `vmap(grad_and_value(...))` over `functional_call` gives each model its loss and gradient on its
@@ -80,7 +79,6 @@ class StepGroup:
     def __init__(self, max_wait: float = 0.1) -> None:
         self.max_wait = max_wait
         self._members: Counter[Trainer] = Counter()  # running trainers (a count: a run inside a run is harmless)
-        self._stepping: set[Trainer] = set()  # members inside a step's turn whose update is not taken yet
         self._waiting: dict[Trainer, _Request] = {}
         self._lock = threading.Condition()
         self.tick_sizes: Counter[int] = Counter()  # how many members each tick stepped: size -> ticks
@@ -108,19 +106,6 @@ class StepGroup:
                 if not self._members[trainer]:
                     del self._members[trainer]
                 self._lock.notify_all()  # those waiting for it may be complete now
-
-    @contextlib.contextmanager
-    def stepping(self, trainer: Trainer) -> Iterator[bool]:
-        """A member's turn of its run: the ticks wait for its update while the block runs (and none is taken yet)."""
-        with self._lock:
-            if trainer in self._members:
-                self._stepping.add(trainer)
-        try:
-            yield True
-        finally:
-            with self._lock:
-                self._stepping.discard(trainer)
-                self._lock.notify_all()  # a member that left without stepping (Stop) completes the others
 
     @property
     def members(self) -> int:
@@ -156,13 +141,12 @@ class StepGroup:
         return request.result
 
     def _everyone_arrived(self) -> bool:
-        return self._stepping <= self._waiting.keys()
+        return self._members.keys() <= self._waiting.keys()
 
     def _take(self) -> list[_Request]:
         tick, self._waiting = list(self._waiting.values()), {}
         for request in tick:
             request.taken = True
-            self._stepping.discard(request.trainer)
         self.tick_sizes[len(tick)] += 1
         self._lock.notify_all()  # the others stop waiting for arrivals and wait for their results
         return tick
@@ -193,9 +177,6 @@ class _Membership(Observer):
 
     def running(self, trainer: Trainer) -> contextlib.AbstractContextManager:
         return self.group.joined(trainer)
-
-    def turn(self, trainer: Trainer, first: bool) -> contextlib.AbstractContextManager[bool]:
-        return self.group.stepping(trainer)
 
 
 def _shape(trainer: Trainer) -> tuple:

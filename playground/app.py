@@ -25,7 +25,9 @@ import torch
 from core.schedule import FairShare
 from playground.context import AppContext
 from playground.errors import GuardedBlocks, harden, unknown_event_handlers
-from playground.gradio_internals import event_handlers, forget_sessions, idle_sessions, page_closed
+from playground.gradio_internals import (
+    event_handlers, forget_sessions, idle_sessions, page_closed, skip_missing_matplotlib,
+)
 from playground.sessions import SessionRegistry, release_memory, reuse_freed_memory
 from playground.settings import Settings
 from playground.store import open_store
@@ -76,6 +78,7 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
     settings = settings or Settings.from_env()
     configure_torch(settings)
     reuse_freed_memory()
+    skip_missing_matplotlib()
     # The app's own log says one line per user error (playground.errors); other libraries keep to
     # warnings. A host's own logging setup wins (basicConfig does nothing then).
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -6,7 +6,9 @@ import ast
 import asyncio
 import concurrent.futures
 import datetime
+import importlib.util
 import inspect
+import sys
 import types
 from pathlib import Path
 
@@ -154,6 +156,41 @@ def test_a_page_closes_through_its_heartbeat_route(demo):
 def test_descendants_are_every_block_inside(demo):
     assert demo.inner in set(internals.descendants(demo.accordion)), changed("a layout block's children")
     assert demo.box not in set(internals.descendants(demo.accordion))
+
+
+def test_every_call_imports_matplotlib_which_the_app_records_as_absent_once(monkeypatch):
+    from gradio.utils import MatplotlibBackendMananger
+
+    assert "import matplotlib" in inspect.getsource(MatplotlibBackendMananger.__enter__), changed(
+        "the matplotlib import around every call")
+    monkeypatch.delitem(sys.modules, "matplotlib", raising=False)
+    searches: list[str] = []
+    monkeypatch.setattr(sys, "meta_path", [Spy(searches), *sys.meta_path])
+    if importlib.util.find_spec("matplotlib") is not None:  # installed: imported once, the app changes nothing
+        internals.skip_missing_matplotlib()
+        assert "matplotlib" not in sys.modules
+        return
+    searches.clear()
+    with MatplotlibBackendMananger():
+        pass
+    assert searches.count("matplotlib") == 2  # without the app's record: sys.path searched on every call
+    internals.skip_missing_matplotlib()
+    searches.clear()
+    for _ in range(3):
+        with MatplotlibBackendMananger():
+            pass
+    assert searches == [] and sys.modules["matplotlib"] is None
+
+
+class Spy:
+    """A meta path finder that records the modules Python searches for and finds none of them."""
+
+    def __init__(self, searches: list) -> None:
+        self.searches = searches
+
+    def find_spec(self, name, path=None, target=None):
+        self.searches.append(name)
+        return None
 
 
 def _routes(router):

@@ -25,6 +25,7 @@ from core.attention import probe_induction
 from core.config import GPTConfig, TrainConfig, stage_of
 from core.data import CORPORA, DataError, TokenData, corpus_text, default_tokenizer, load_shakespeare
 from core.model import GPT
+from core.movie import AttentionMovie
 from core.observers import AttentionProbe, Samples
 from core.tokenizers import Tokenizer, token_labels, tokenizer_from_spec
 from core.train import Trainer
@@ -224,6 +225,7 @@ class RunHandlers:
         described, first = describe(session), True
         share, trained_before, viewing = self.ctx.share, trainer.elapsed, 0.0
         movie, scores, scored_step = session.trained.movie, note_plot(NO_SCORES), None
+        note, noted = "", None  # the movie's note, and what it was written for
         tokenizer, probe = session.trained.tokenizer, AttentionProbe()  # the views, taken by the clock below
         samples, route = Samples(tokenizer), zerogpu.route(trainer)
         stacked = trainer.update == self.ctx.group.update  # stepping together, not in turns
@@ -232,14 +234,9 @@ class RunHandlers:
                 trainer.stop()
             now, sharing = time.monotonic(), self.ctx.trainings
             slower = slowdown(sharing, share.slots)
-            if movie is not None and not event.error and snapshot_due(
-                    movie, event, viewing <= VIEW_BUDGET / slower * (trainer.elapsed - trained_before)):
-                with share.turn(trainer) as granted:  # a snapshot is counted like the live views
-                    started = time.perf_counter()
-                    if granted or event.done:  # the last step always has its snapshot, a stopped run's too
-                        induction = probe_induction(trainer.model) if movie.probe_due(event.done) else None
-                        movie.add(event.step, probe.attention(trainer), induction)
-                    viewing += time.perf_counter() - started
+            if not first or event.done:  # a first update goes out before its snapshot (after the yield below)
+                affordable = self._affordable(viewing, slower, trainer, trained_before)
+                viewing += self._snapshot(movie, trainer, probe, event, affordable)
             if not event.error and event.val_loss is not None and not event.done:
                 keep()  # encoded here, written by the store's thread: the next step does not wait for it
             if not event.done and now - last_ui < UI_INTERVAL_S * slower:
@@ -251,7 +248,7 @@ class RunHandlers:
                     movie.rewind(trainer.step)
                 raise gr.Error(event.error)
             finished = event.done and not event.stopped  # a Stop ends at once: no fresh sample to wait for
-            affordable = viewing <= VIEW_BUDGET / slower * (trainer.elapsed - trained_before)
+            affordable = self._affordable(viewing, slower, trainer, trained_before)
             sample_due = finished or (affordable and now - last_sample >= SAMPLE_INTERVAL_S)
             attention_due = finished or (affordable and now - last_attention >= ATTENTION_INTERVAL_S)
             if sample_due or attention_due:
@@ -274,12 +271,38 @@ class RunHandlers:
             frames = [] if movie is None else movie.frames
             if frames and frames[-1].step != scored_step:  # drawn again only when a snapshot came
                 scores, scored_step = scores_plot(movie), frames[-1].step
+            # written again only when the snapshots change: scoring the heads for every update took a tenth as
+            # long as the training steps themselves (a profile of sixty learners training on two cores)
+            shown = (len(frames), frames[-1].step if frames else None, frames[-1].probe is None if frames else None,
+                     event.done)
+            if shown != noted:
+                note, noted = movie_note(movie, not event.done), shown
             where, why = (route.where(), route.refusal) if route is not None else ("", None)
             status = _status(event, sharing, opening if first else "Training", where, why, together=stacked)
             yield self._update(session, status=status, event=event, sample=sample, attention=attention,
-                               model_changed=described, movie_note=movie_note(movie, not event.done),
+                               model_changed=described, movie_note=note,
                                scores=scores, next_step=next_step)
+            if first and not event.done:  # the trainer waits at this step: its snapshot now, as the page draws
+                viewing += self._snapshot(movie, trainer, probe, event, affordable)
             first = False
+
+    @staticmethod
+    def _affordable(viewing: float, slower: float, trainer: Trainer, trained_before: float) -> bool:
+        """Whether the run's views (samples, maps, snapshots) have spent less than their share of its compute."""
+        return viewing <= VIEW_BUDGET / slower * (trainer.elapsed - trained_before)
+
+    def _snapshot(self, movie: AttentionMovie | None, trainer: Trainer, probe: AttentionProbe, event,
+                  affordable: bool) -> float:
+        """Add this step's snapshot to the movie where one is due, in a turn like the live views'; the
+        seconds it took (the view budget's)."""
+        if movie is None or event.error or not snapshot_due(movie, event, affordable):
+            return 0.0
+        with self.ctx.share.turn(trainer) as granted:  # a snapshot is counted like the live views
+            started = time.perf_counter()
+            if granted or event.done:  # the last step always has its snapshot, a stopped run's too
+                induction = probe_induction(trainer.model) if movie.probe_due(event.done) else None
+                movie.add(event.step, probe.attention(trainer), induction)
+            return time.perf_counter() - started
 
     def _attention_figure(self, trainer: Trainer, probe: AttentionProbe, tokenizer: Tokenizer):
         per_layer = probe.attention(trainer)  # per layer (H, T, T); none without attention
