@@ -251,8 +251,7 @@ def _adamw(trainers: list[Trainer], names: list[str], params: list[list[torch.Te
                 state["step"] = torch.zeros((), dtype=torch.float32, device=member.device)
                 state["exp_avg"] = torch.zeros_like(member, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(member, memory_format=torch.preserve_format)
-        for state in states:
-            state["step"] += 1
+        torch._foreach_add_([state["step"] for state in states], 1)  # one kernel, not one per member
         step = torch.stack([s["step"] for s in states]).double()
         beta1 = _per_member([s["betas"][0] for s in settings], p)
         beta2 = _per_member([s["betas"][1] for s in settings], p)

@@ -26,7 +26,7 @@ from core.schedule import FairShare
 from playground.context import AppContext
 from playground.errors import GuardedBlocks, harden, unknown_event_handlers
 from playground.gradio_internals import (
-    event_handlers, forget_sessions, idle_sessions, page_closed, skip_missing_matplotlib,
+    event_handlers, forget_sessions, idle_sessions, page_closed, skip_missing_optional_imports,
 )
 from playground.sessions import SessionRegistry, release_memory, reuse_freed_memory
 from playground.settings import Settings
@@ -78,7 +78,7 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
     settings = settings or Settings.from_env()
     configure_torch(settings)
     reuse_freed_memory()
-    skip_missing_matplotlib()
+    skip_missing_optional_imports()
     # The app's own log says one line per user error (playground.errors); other libraries keep to
     # warnings. A host's own logging setup wins (basicConfig does nothing then).
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -184,7 +184,7 @@ def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None 
         enable_monitoring=False,
         allowed_paths=[],
         max_file_size=settings.max_upload_bytes,
-        state_session_capacity=settings.gradio_state_capacity,
+        state_session_capacity=settings.gradio_sessions,
         # Every training holds a worker thread while it waits for its turn; the rest serve everyone.
         max_threads=settings.train_concurrency + 40,
         ssr_mode=False,  # no Node server: one process, less memory

@@ -23,10 +23,11 @@ that no other module of the app imports from Gradio's submodules or reaches for 
 - An unload event's gr.Request wraps the page's heartbeat request (`request.request`, whose FastAPI route is
   `.../heartbeat/{session_hash}`): how `page_closed` tells a page that closed from a client calling the event.
 - `children` of a layout block: what `descendants` walks (the Train tab checks its accordions hold its fields).
-- `MatplotlibBackendMananger` (gradio.utils, sic): entered around every call of an event, each update of a
-  stream too, it imports matplotlib. Where matplotlib is not installed, each failed import searches `sys.path`
-  again (about a millisecond; 14 s of a room of sixty learners training, in a profile): `skip_missing_matplotlib`
-  records it as absent once, so the import fails at once.
+- Optional imports on hot paths: `MatplotlibBackendMananger` (gradio.utils, sic), entered around every call of
+  an event (each update of a stream too), imports matplotlib, and `Plot.get_config` imports bokeh each time a
+  session's state is made. Where one is not installed, each failed import searches `sys.path` again (about a
+  millisecond; 14 s of a room of sixty learners training, in a profile): `skip_missing_optional_imports`
+  records them as absent once, so the imports fail at once.
 
 Never imports core, the sessions, the errors or a tab: they use Gradio through this module and `gr.` alone.
 """
@@ -168,8 +169,12 @@ def descendants(block: Block) -> Iterator[Block]:
         yield from descendants(child)
 
 
-def skip_missing_matplotlib() -> None:
-    """Record matplotlib as absent (`None` in `sys.modules`) where it is not installed, so Gradio's import of it
-    around every call fails at once instead of searching `sys.path` each time (see the module docstring)."""
-    if "matplotlib" not in sys.modules and importlib.util.find_spec("matplotlib") is None:
-        sys.modules["matplotlib"] = None  # type: ignore[assignment]  # Python's own marker for "not importable"
+OPTIONAL_IMPORTS = ("matplotlib", "bokeh")  # what Gradio tries to import on every call or session (see above)
+
+
+def skip_missing_optional_imports() -> None:
+    """Record each of OPTIONAL_IMPORTS that is not installed as absent (`None` in `sys.modules`), so Gradio's
+    imports of it fail at once instead of searching `sys.path` each time (see the module docstring)."""
+    for name in OPTIONAL_IMPORTS:
+        if name not in sys.modules and importlib.util.find_spec(name) is None:
+            sys.modules[name] = None  # type: ignore[assignment]  # Python's own marker for "not importable"

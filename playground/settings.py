@@ -59,7 +59,7 @@ class Settings:
     # Gradio keeps its own state for every session hash it sees (about 0.8 MB each, with the last
     # outputs): past this many the least recently used goes, and the sweep drops idle ones. The app
     # keeps nothing there that matters (models live in the registry), so losing it costs nothing.
-    gradio_state_capacity: int = 100
+    gradio_state_capacity: int = 100  # beyond those training (`gradio_sessions`)
     # Trainings: every learner's runs at once (up to max_trainings), taking turns step by step
     # (core.schedule.FairShare); this many steps compute at a time, by default one per core.
     train_slots: int = field(default_factory=default_slots)
@@ -149,6 +149,14 @@ class Settings:
     def train_concurrency(self) -> int:
         """Trainings admitted at once: more than a room's learners, so nobody waits in the queue to start."""
         return self.max_trainings
+
+    @property
+    def gradio_sessions(self) -> int:
+        """Sessions whose state Gradio keeps: `gradio_state_capacity` plus one for each training admitted.
+        A training's stream needs its state at every update; an evicted one is rebuilt each time (Gradio
+        makes the config of every component of the app for it), and a room of 150 learners on a capacity
+        of 100 spent its time rebuilding them: not one run finished in ten minutes (tests/bench/README.md)."""
+        return self.gradio_state_capacity + self.train_concurrency
 
     def cap_hint(self, cap: str) -> str:
         """How a user lifts `cap`, appended to messages about values over it."""

@@ -159,22 +159,24 @@ def test_descendants_are_every_block_inside(demo):
 
 
 def test_every_call_imports_matplotlib_which_the_app_records_as_absent_once(monkeypatch):
+    assert "matplotlib" in internals.OPTIONAL_IMPORTS
     from gradio.utils import MatplotlibBackendMananger
 
     assert "import matplotlib" in inspect.getsource(MatplotlibBackendMananger.__enter__), changed(
         "the matplotlib import around every call")
+    assert "import bokeh" in inspect.getsource(gr.Plot.get_config), changed("the bokeh import of a plot's config")
     monkeypatch.delitem(sys.modules, "matplotlib", raising=False)
     searches: list[str] = []
     monkeypatch.setattr(sys, "meta_path", [Spy(searches), *sys.meta_path])
     if importlib.util.find_spec("matplotlib") is not None:  # installed: imported once, the app changes nothing
-        internals.skip_missing_matplotlib()
+        internals.skip_missing_optional_imports()
         assert "matplotlib" not in sys.modules
         return
     searches.clear()
     with MatplotlibBackendMananger():
         pass
     assert searches.count("matplotlib") == 2  # without the app's record: sys.path searched on every call
-    internals.skip_missing_matplotlib()
+    internals.skip_missing_optional_imports()
     searches.clear()
     for _ in range(3):
         with MatplotlibBackendMananger():

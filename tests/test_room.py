@@ -85,3 +85,13 @@ def test_where_trainings_step_together(mode, stacked):
 def test_an_unknown_stacking_mode_is_refused():
     with pytest.raises(ValueError, match="stack_steps"):
         Settings(stack_steps="sometimes")
+
+
+def test_gradio_keeps_the_state_of_every_training_it_admits_beside_its_visitors():
+    """An evicted session's state is rebuilt by Gradio at every update of its stream: a room bigger than the
+    capacity spent its time rebuilding them (issue 38)."""
+    from playground.app import launch_kwargs
+
+    settings = Settings(max_trainings=1100, gradio_state_capacity=100)
+    assert launch_kwargs(settings)["state_session_capacity"] == 1200
+    assert launch_kwargs(settings)["max_threads"] >= 1100
