@@ -285,10 +285,11 @@ def reuse_freed_memory() -> None:
     """Have glibc keep freed blocks under 32 MB for reuse instead of handing each back to the system.
 
     By default a block over 128 kB (a training step's activations: a few MB each) is mapped for its
-    allocation and unmapped when freed, so every step of every learner faults its pages in afresh. On
-    two cores with sixty learners, the default task's steps made 975,000 page faults in 1,260 steps and
-    spent a seventh of their time in the kernel; with these thresholds, 83,000 and a twentieth, and
-    each step 18% shorter (tests/bench/README.md). `release_memory` still trims what a freed session leaves."""
+    allocation and unmapped when freed, so every step of every learner faults its pages in afresh. Sixty
+    default-task learners stepped by two threads in one process made 975,000 page faults in 1,260 steps and
+    spent 11% of their CPU in the kernel; with these thresholds 83,000 and 3%. In a whole room the effect
+    was within the noise, at about 150 MB more RSS at peak (tests/bench/README.md). `release_memory` still
+    trims what a freed session leaves."""
     if _LIBC is not None and hasattr(_LIBC, "mallopt"):
         _LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
         _LIBC.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
