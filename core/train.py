@@ -448,20 +448,9 @@ class Trainer:
         # The generator is a CPU one on every device; indexing a device tensor with it is fine.
         return get_batch(data, self.config.batch_size, self.model.config.block_size, rng, answers)
 
-    @contextlib.contextmanager
-    def autocast(self) -> Iterator[None]:
+    def autocast(self) -> contextlib.AbstractContextManager:
         """The precision this trainer's forward passes run in (bfloat16 autocast where `dtype` chose it)."""
-        if self._amp_dtype is None:
-            yield
-            return
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(torch.autocast(self.device.type, dtype=self._amp_dtype))
-            if self.device.type == "cpu":
-                # PyTorch's CPU flash-attention backward is ~4x slower in bfloat16 than in float32;
-                # the explicit matmul-softmax-matmul path is faster than any fused kernel here
-                # (measured: tests/bench/README.md).
-                stack.enter_context(self.model.explicit_attention())
-            yield
+        return precision(self.model, self.device, self._amp_dtype)
 
     @contextlib.contextmanager
     def _private_dropout_rng(self):
@@ -480,3 +469,19 @@ class Trainer:
             yield
             self._dropout_rng = torch.get_rng_state()
 
+
+
+@contextlib.contextmanager
+def precision(model: GPT, device: torch.device, amp_dtype: torch.dtype | None) -> Iterator[None]:
+    """Forward passes of `model` on `device` under autocast to `amp_dtype` (None: plain float32)."""
+    if amp_dtype is None:
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.autocast(device.type, dtype=amp_dtype))
+        if device.type == "cpu":
+            # PyTorch's CPU flash-attention backward is ~4x slower in bfloat16 than in float32;
+            # the explicit matmul-softmax-matmul path is faster than any fused kernel here
+            # (measured: tests/bench/README.md).
+            stack.enter_context(model.explicit_attention())
+        yield

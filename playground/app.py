@@ -103,6 +103,8 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
                 # A message belongs to the tab it came from: switching tabs closes it (in the browser).
                 tab.select(None, js=CLOSE_MESSAGES)
             ctx.wire_followers()
+        if ctx.workers is not None:  # started now, in the background: ready before a room presses Train
+            ctx.workers.start()
         # An open page has a heartbeat: its model may stay while the tab is open, and a closed tab
         # frees it now rather than when the sweep finds it.
         demo.load(_browser_marker(registry), None, None, api_visibility="private", **AppContext.cheap())
@@ -114,6 +116,7 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
     demo.queue(max_size=settings.max_queue_size, default_concurrency_limit=1)
     demo.registry = registry  # for tests and benchmarks: the sessions this app holds
     demo.store = ctx.store  # ... and where it keeps their models across restarts
+    demo.workers = ctx.workers  # ... and the processes their trainings step in
     return demo
 
 

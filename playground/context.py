@@ -13,6 +13,7 @@ components that tabs share.
 
 Shared: `share`, the round-robin turns trainings take step by step (`core.schedule`), `group`, where
 the Train tab's trainings step together instead on a GPU host (`core.group`; `stacked()` says where),
+`workers`, the processes where they step on a CPU host instead (`core.workers`; None: in turns),
 `pretrained`, one copy of each pretrained model's weights (`playground.pretrained`), and `store`,
 where each browser's model is kept across restarts (`playground.store`).
 
@@ -48,6 +49,7 @@ from core.observers import standard
 from core.schedule import FairShare
 from core.tokenizers import Tokenizer
 from core.train import Trainer
+from core.workers import StepWorkers, shareable
 from playground.pretrained import CATALOGUE, SharedPretrained
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
@@ -67,6 +69,8 @@ class AppContext:
     demo: gr.Blocks | None = None  # for `ctx.demo.load(...)` (runs when a page opens)
     share: FairShare = field(default_factory=FairShare)  # turns for every session's training steps
     group: StepGroup = field(default_factory=StepGroup)  # where trainings step together (`stacked`)
+    # Where the Train tab's CPU trainings step (made from the settings' `step_workers`; None: in `share`'s turns)
+    workers: StepWorkers | None = field(default=None, init=False)
     store: StateStore | None = None  # where models outlive the process (playground.store); None: memory only
     # The pretrained models every session may read, by CATALOGUE key (made from the settings if None).
     pretrained: dict[str, SharedPretrained] | None = None
@@ -82,6 +86,8 @@ class AppContext:
         if self.pretrained is None:
             self.pretrained = {key: SharedPretrained(kind, getattr(self.settings, kind.setting))
                                for key, kind in CATALOGUE.items()}
+        if self.settings.worker_processes:  # they start when a second training joins (core.workers)
+            self.workers = StepWorkers(self.settings.worker_processes)
 
     def heavy(self, kind: str) -> dict:
         """Event keyword arguments for a heavy event kind: at most N of them run at once."""
@@ -103,15 +109,16 @@ class AppContext:
 
     @property
     def trainings(self) -> int:
-        """How many trainings run now: those taking turns and those stepping together."""
-        return self.share.members + self.group.members
+        """How many trainings run now: those taking turns, those stepping together and those in the workers."""
+        return self.share.members + self.group.members + (self.workers.members if self.workers else 0)
 
     def trainer(self, model: GPT, data: TokenData, config: TrainConfig, n_params: int,
                 tokenizer: Tokenizer | None = None) -> Trainer:
         """The trainer for a session's model. Where trainings step together (`stacked`), on the device core
         picks (the GPU) at every size, in the group's ticks; a model the group cannot stack (dropout) and
-        every model elsewhere trains on the device `training_device` picks, taking turns with the others
-        step by step; on ZeroGPU, a model of `gpu_min_params` or more trains in GPU calls, taking turns
+        every model elsewhere trains on the device `training_device` picks: on the CPU in the step
+        `workers` where there are some and they can step it, else taking turns with the others step by
+        step; on ZeroGPU, a model of `gpu_min_params` or more trains in GPU calls, taking turns
         chunk by chunk (a `ZeroGPU` route among its observers: `playground.zerogpu.run` runs it)."""
         if self.stacked():
             config = dataclasses.replace(config, device="auto")
@@ -123,6 +130,11 @@ class AppContext:
         if self.gpu is not None and n_params >= self.settings.gpu_min_params:
             route = [ZeroGPU(data, config, gpu=self.gpu, turns=self.gpu_turns, chunk_s=self.settings.zero_gpu_chunk_s)]
         config = dataclasses.replace(config, device=self.training_device(n_params))
+        if self.workers is not None and not route:
+            trainer = Trainer(model, data, config, update=self.workers.update,
+                              observers=[self.workers.member(), *standard(config, tokenizer=tokenizer)])
+            if shareable(trainer):
+                return trainer
         observers = [*route, *standard(config, tokenizer=tokenizer, share=self.share)]
         return Trainer(model, data, config, observers=observers)
 

@@ -79,6 +79,11 @@ class Settings:
     # and sixty default-task learners on one H200 got their first point later than on two CPU cores
     # (tests/bench/README.md, GPU hosts). Stacked trainings use the GPU at every size.
     gpu_min_params: int = 1_000_000
+    # Trainings on the CPU step in worker processes of their own (core.workers) while two or more train: "auto"
+    # one per core where there are two or more (sixty default-task learners' steps in threads of one process
+    # waited for Python's one lock, leaving the cores a third idle), a number of processes, or "off". A lone
+    # training steps in the server on every thread either way (tests/bench/README.md)
+    step_workers: str = "auto"
     # On a ZeroGPU Space (playground.zerogpu), bigger models train in GPU calls of this many seconds each (each
     # asks for 20 s more, and the visitor's quota must hold what it asks for), this many at once; the learners
     # still training take turns chunk by chunk
@@ -113,6 +118,8 @@ class Settings:
                 raise ValueError(f"setting {setting.name} must be positive, got {value!r}")
         if self.stack_steps not in STACK_STEPS:
             raise ValueError(f"setting stack_steps must be one of {STACK_STEPS}, got {self.stack_steps!r}")
+        if self.step_workers not in ("auto", "off") and not (self.step_workers.isdigit() and int(self.step_workers) > 0):
+            raise ValueError(f"setting step_workers must be auto, off or a number of processes, got {self.step_workers!r}")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> "Settings":
@@ -142,8 +149,17 @@ class Settings:
             max_importance_gmacs=100_000.0,
             # one training computes at a time, on every core (two tabs take turns)
             max_trainings=8, torch_threads=max(1, os.cpu_count() or 1), train_slots=1, caps_lifted=True,
+            step_workers="off",
         )
         return cls.from_env(environ, **{**lifted, **overrides})
+
+    @property
+    def worker_processes(self) -> int:
+        """How many step worker processes the `step_workers` setting asks for (0: none)."""
+        if self.step_workers == "auto":
+            cores = default_slots()
+            return cores if cores >= 2 else 0
+        return 0 if self.step_workers == "off" else int(self.step_workers)
 
     @property
     def train_concurrency(self) -> int:

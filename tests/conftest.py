@@ -18,6 +18,9 @@ from support.browser import CHROMIUM_ARGS, SCREENSHOTS, find_chromium, new_page
 # Tests never reach the Hugging Face Hub either: a test that reads GPT-2 points the app at a tiny
 # folder it made, and anything else asking for "gpt2" gets core.pretrained's offline message at once.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# An app built from the environment (build_app()) starts no step worker processes unless a test asks:
+# each would import torch, seconds of CPU per app (tests/test_room.py tests them).
+os.environ.setdefault("PLAYGROUND_STEP_WORKERS", "off")
 
 # ---------------------------------------------------------------- Tiny Shakespeare, offline
 # Tests never download it. They read the real file from $PLAYGROUND_DATA_DIR or ../shared/data

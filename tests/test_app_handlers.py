@@ -376,7 +376,7 @@ def test_generate_without_a_model_says_what_to_do(trained):
 
 
 def test_every_event_has_an_api_name_and_a_concurrency_on_purpose():
-    settings = Settings(max_trainings=7, generate_concurrency=3)
+    settings = Settings(max_trainings=7, generate_concurrency=3, step_workers="off")
     demo = build_app(settings)
     events = {fn.api_name: fn for fn in demo.fns.values() if fn.api_name}
     for name in ("train", "train_new", "stop", "preset", "save_checkpoint", "load_checkpoint",

@@ -296,7 +296,7 @@ def test_the_export_takes_its_turn_with_the_checkpoints():
     from playground.app import build_app
     from playground.settings import Settings
 
-    events = {fn.api_name: fn for fn in build_app(Settings()).fns.values() if fn.api_name}
+    events = {fn.api_name: fn for fn in build_app(Settings(step_workers="off")).fns.values() if fn.api_name}
     for name in ("export_transformers", "save_checkpoint"):
         assert (events[name].concurrency_id, events[name].concurrency_limit) == ("checkpoint", 1)
 

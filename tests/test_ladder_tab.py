@@ -173,7 +173,7 @@ def test_two_sessions_climb_independently(handlers, every_step):
 def test_the_tab_is_wired_as_a_training_and_sits_before_the_baby():
     ids = [tab_id for tab_id, _, _ in TABS]
     assert ids[ids.index("ladder") - 1: ids.index("ladder") + 2] == ["attention", "ladder", "baby"]
-    demo = build_app(Settings(max_trainings=7))
+    demo = build_app(Settings(max_trainings=7, step_workers="off"))
     events = {fn.api_name: fn for fn in demo.fns.values() if fn.api_name}
     assert (events["ladder"].concurrency_id, events["ladder"].concurrency_limit) == ("train", 7)
     assert (events["ladder_stop"].concurrency_id, events["ladder_stop"].concurrency_limit) == ("cheap", None)

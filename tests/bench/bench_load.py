@@ -13,8 +13,8 @@ For each N, measured from outside through the API:
   them the load generator took 1.2 of the machine's 2 cores (290 CPU-s in 241 s), which real
   learners' browsers on their own laptops never take from the server;
 - meanwhile the prober times light events one at a time, ~0.5 s apart (`LIGHT`: /generate of 50
-  tokens, /preset, /attention; and `RUNS`: a whole /baby_gpt_train), and the server's RSS is
-  sampled every 0.5 s.
+  tokens, /preset, /attention; and `RUNS`: a whole /baby_gpt_train), and the server's RSS (with its
+  step workers', `core.workers`) is sampled every 0.5 s.
 
 With --holding N, a second kind of round: N sessions train a short model one after another (as a
 room fills over a morning) and keep it; the server's budget for models is set to --budget-mb, so
@@ -25,7 +25,9 @@ Prints the machine, then a block per N: time from a learner's press to the first
 loss chart (p50, p95, max); the last training's end after the press; each run's own duration
 (its first streamed update to its end, p50); light-event latency (p50/p95 per kind and overall);
 errors (with the first message); final statuses that are not "Done: ..."; the server's idle RSS,
-its peak and its RSS 5 s after the last training. Last, whether the issue's goals hold at the
+its peak and its RSS 5 s after the last training; the CPU seconds the server's process and its step
+workers used from the press to the round's end (less sensitive than the times to what else runs on the
+machine, which takes its cores). Last, whether the issue's goals hold at the
 largest N. Percentiles are nearest-rank (see `percentile`). A learner that never got a chart
 point counts as never (infinitely late; null in JSON). Figures depend on the machine and on
 whatever else runs on it.
@@ -109,10 +111,33 @@ def percentile(values: list[float], p: float) -> float | None:
 
 
 def rss_mb(pid: int) -> float:
+    """The resident memory of process `pid` and of every process it started (the step workers), in MB."""
+    total = 0.0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
+            total = int(line.split()[1]) / 1024
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                total += rss_mb(int(child))
+            except OSError:  # it ended meanwhile
+                pass
+    return total
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by process `pid` itself, and by the processes it started that
+    still run (the step workers)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    children = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                children += sum(cpu_seconds(int(child)))
+            except OSError:  # it ended meanwhile
+                pass
+    return own, children
 
 
 def start_server(port: int, state_dir: str | None = None, **settings) -> subprocess.Popen:
@@ -286,6 +311,7 @@ def measure(n: int, timeout: float) -> dict:
         rss_idle = rss_mb(server.pid)
         load = os.getloadavg()[0]
 
+        cpu_before = cpu_seconds(server.pid)
         started = time.monotonic()
         deadline = started + timeout
         for run in runs:
@@ -298,13 +324,14 @@ def measure(n: int, timeout: float) -> dict:
         for run in runs:
             run.join(max(0.0, deadline - time.monotonic()))
         ended = time.monotonic()
+        cpu = [after - before for after, before in zip(cpu_seconds(server.pid), cpu_before)]
         stop_probe.set()
         prober_thread.join(timeout=max(1.0, deadline - time.monotonic()))
         time.sleep(SETTLE_S)
         rss_after = rss_mb(server.pid)
         sampler.stopped.set()
         return summarize(n, runs, latencies, light_errors, ended - started, rss_idle,
-                         max(sampler.samples + [rss_after]), rss_after, load)
+                         max(sampler.samples + [rss_after]), rss_after, load, cpu)
     finally:
         stop_probe.set()
         sampler.stopped.set()
@@ -369,7 +396,7 @@ def report_hold(r: dict) -> str:
 
 
 def summarize(n: int, runs: list[Learner], latencies: dict[str, list[float]], light_errors: list[str], elapsed: float,
-              rss_idle: float, rss_peak: float, rss_after: float, load: float) -> dict:
+              rss_idle: float, rss_peak: float, rss_after: float, load: float, cpu: list[float]) -> dict:
     first_points = [math.inf if run.first_point is None else run.first_point for run in runs]
     durations = [run.done - run.first_update for run in runs if run.done is not None and run.first_update is not None]
     unfinished = sum(run.done is None for run in runs)
@@ -387,6 +414,7 @@ def summarize(n: int, runs: list[Learner], latencies: dict[str, list[float]], li
         errors=len(errors), first_error=errors[0] if errors else None,
         not_done=len(not_done), first_not_done=not_done[0] if not_done else None,
         rss_idle_mb=round(rss_idle), rss_peak_mb=round(rss_peak), rss_after_mb=round(rss_after),
+        server_cpu_s=round(cpu[0], 1), workers_cpu_s=round(cpu[1], 1),
     )
 
 
@@ -413,6 +441,8 @@ def report(r: dict) -> str:
         f"  statuses not \"Done\": {r['not_done']}{first_not_done}",
         f"  RSS: idle {r['rss_idle_mb']} MB, peak {r['rss_peak_mb']} MB, {SETTLE_S:.0f} s after the round's end "
         f"{r['rss_after_mb']} MB",
+        f"  CPU from the press to the round's end: {r['server_cpu_s']} s in the server's process, "
+        f"{r['workers_cpu_s']} s in its step workers",
     ])
 
 
@@ -448,6 +478,7 @@ def main() -> None:
     args = parser.parse_args()
 
     print(describe_host(), flush=True)
+    print("server: PLAYGROUND_STEP_WORKERS=" + os.environ.get("PLAYGROUND_STEP_WORKERS", "auto (the default)"), flush=True)
     where = "gpu" if torch.cuda.is_available() else "cpu"  # where the server's trainings go ("auto")
     results = []
     for n in args.clients:

@@ -70,7 +70,8 @@ def serve(settings=None, port: int | None = None):
     from playground.app import build_app, launch_kwargs
     from playground.settings import Settings
 
-    settings = settings or Settings.from_env({})
+    # No step worker processes unless a test asks for them (each server's would import torch twice, seconds of CPU)
+    settings = settings or Settings.from_env({}, step_workers="off")
     if settings.state_dir == Settings.from_env({}).state_dir:  # never the user's own store: one per server
         settings = dataclasses.replace(settings, state_dir=tempfile.mkdtemp(prefix="state-store-"))
     demo = build_app(settings)
