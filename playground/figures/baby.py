@@ -17,6 +17,8 @@ Never imports a tab, the sessions or gradio: figures draw the numbers they are g
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
@@ -28,6 +30,7 @@ from plotly.subplots import make_subplots
 
 from core.babygpt import ChainAnalysis, Edge, TransitionGraph
 from playground.figures import BLUE, ORANGE
+from playground.gradio_internals import PlotData, plotly_json
 
 AXIS_LIMIT = 1.5  # the circle has radius 1; room for self-loops and their labels
 BUCKETS = 10  # edges are drawn as one line trace per probability decile
@@ -248,8 +251,13 @@ def chain_figure(
     unseen: Collection[int] = (),
     walk: Sequence[int] | None = None,
     title: str = "",
-) -> go.Figure:
-    """The transition graph; `unseen` states are marked, a `walk` (list of states) is highlighted."""
+) -> PlotData:
+    """The transition graph; `unseen` states are marked, a `walk` (list of states) is highlighted.
+
+    It is redrawn about five times a second while a baby GPT trains, so it comes as Plotly JSON ready for
+    gr.Plot, as the loss chart does: the traces and shapes are plain data, the layout (validated by Plotly,
+    with its theme) is built once per number of states. Building a checked `go.Figure` for every frame took
+    ~40 ms, most of a busy server's work for a learner watching the chain form."""
     n = len(graph.labels)
     positions = _positions(n)
     node_r = _node_radius(n)
@@ -257,14 +265,14 @@ def chain_figure(
         (e.source, e.target): _edge_curve(positions[e.source], positions[e.target], node_r, e.source < e.target)
         for e in graph.edges
     }
-    fig = go.Figure()
+    traces = []
 
     if walk:
         steps = Counter(zip(walk, walk[1:]))
         xs, ys = _polyline([curves[step] for step in steps])
-        fig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="lines", line=dict(color=WALK_COLOUR, width=12), opacity=WALK_OPACITY, hoverinfo="skip",
-            name=f"walk: {len(walk) - 1} steps", legendrank=3,
+        traces.append(dict(
+            type="scatter", x=xs, y=ys, mode="lines", line=dict(color=WALK_COLOUR, width=12), opacity=WALK_OPACITY,
+            hoverinfo="skip", name=f"walk: {len(walk) - 1} steps", legendrank=3,
         ))
 
     by_bucket: dict[int, list[Edge]] = {}
@@ -273,8 +281,8 @@ def chain_figure(
     for bucket, edges in sorted(by_bucket.items()):
         middle = (bucket + 0.5) / BUCKETS
         xs, ys = _polyline([curves[(e.source, e.target)] for e in edges])
-        fig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="lines", line=dict(color=_colour(middle), width=0.5 + 6 * middle),
+        traces.append(dict(
+            type="scatter", x=xs, y=ys, mode="lines", line=dict(color=_colour(middle), width=0.5 + 6 * middle),
             hoverinfo="skip", showlegend=False,
         ))
 
@@ -285,8 +293,8 @@ def chain_figure(
         for e in graph.edges
     ]
     probabilities = [e.probability for e in graph.edges]
-    fig.add_trace(go.Scatter(  # arrowheads, coloured exactly, with the colour bar in the corner the circle leaves free
-        x=[round(c[-1][0], 3) for c in tips], y=[round(c[-1][1], 3) for c in tips], mode="markers",
+    traces.append(dict(  # arrowheads, coloured exactly, with the colour bar in the corner the circle leaves free
+        type="scatter", x=[round(c[-1][0], 3) for c in tips], y=[round(c[-1][1], 3) for c in tips], mode="markers",
         marker=dict(
             symbol="arrow", angle=[round(_arrow_angle(c)) for c in tips],
             size=[round(9 + 8 * p, 1) for p in probabilities],
@@ -298,12 +306,13 @@ def chain_figure(
     ))
     labelled = _labelled(graph)
     label_points = _label_points(graph, curves, positions, node_r, labelled)
-    fig.add_trace(go.Scatter(  # invisible targets so every edge has hover text, at its label
-        x=[round(x, 3) for x, _ in label_points], y=[round(y, 3) for _, y in label_points], mode="markers",
-        marker=dict(size=14, opacity=0), hovertext=hover, hoverinfo="text", showlegend=False,
+    traces.append(dict(  # invisible targets so every edge has hover text, at its label
+        type="scatter", x=[round(x, 3) for x, _ in label_points], y=[round(y, 3) for _, y in label_points],
+        mode="markers", marker=dict(size=14, opacity=0), hovertext=hover, hoverinfo="text", showlegend=False,
     ))
-    fig.add_trace(go.Scatter(  # labels: a trace (not annotations) so that the states draw over them
-        x=[round(label_points[i][0], 3) for i in labelled], y=[round(label_points[i][1], 3) for i in labelled],
+    traces.append(dict(  # labels: a trace (not annotations) so that the states draw over them
+        type="scatter", x=[round(label_points[i][0], 3) for i in labelled],
+        y=[round(label_points[i][1], 3) for i in labelled],
         mode="text", textfont=dict(size=_font_px(n) - 1, color="#1f2937", shadow="0 0 3px white, 0 0 2px white"),
         text=[f"{graph.token_labels[graph.edges[i].token]} ({graph.edges[i].probability:.0%})" for i in labelled],
         hoverinfo="skip", showlegend=False,
@@ -313,9 +322,10 @@ def chain_figure(
     ends = {walk[0]: "the walk starts here", walk[-1]: "the walk ends here"} if walk else {}
     inside = n <= MAX_NAMES_INSIDE
     names = [(p, "middle center") for p in positions] if inside else [_name_placement(p, node_r) for p in positions]
-    fig.add_trace(go.Scatter(  # the states' names on (or by) their circles, which are shapes; with hover text
-        x=[round(x, 3) for (x, _), _ in names], y=[round(y, 3) for (_, y), _ in names], mode="text",
-        text=graph.labels, textposition=[side for _, side in names], name="states", showlegend=False,
+    traces.append(dict(  # the states' names on (or by) their circles, which are shapes; with hover text
+        type="scatter", x=[round(x, 3) for (x, _), _ in names], y=[round(y, 3) for (_, y), _ in names],
+        mode="text", text=list(graph.labels), textposition=[side for _, side in names], name="states",
+        showlegend=False,
         textfont=dict(size=_font_px(n), color=["white" if inside and s not in unseen else "#1f2937" for s in range(n)]),
         hovertext=[
             " · ".join([f"state {label}", UNSEEN if s in unseen else SEEN] + ([ends[s]] if s in ends else []))
@@ -327,22 +337,29 @@ def chain_figure(
     if walk:
         shapes += [_circle(positions[s], 1.4 * node_r, layer="above", line=dict(color=WALK_COLOUR, width=3))
                    for s in ends]
+    # The title clears the label Gradio draws over the plot's top left corner; the legend (two rows on a
+    # phone) goes under it.
+    layout = {**_chain_layout(n), "shapes": shapes,
+              "title": dict(text=title, x=0.02, y=1, yref="container", yanchor="top", pad=dict(t=44), font=dict(size=14))}
+    return plotly_json(json.dumps({"data": traces, "layout": layout}))
 
+
+@functools.lru_cache(maxsize=64)
+def _chain_layout(n: int) -> dict:
+    """The graph's layout for `n` states, checked by Plotly and with its theme (read only: callers copy it)."""
     # The graph is a square as wide as the plot allows, at the top: on a narrow (phone) plot the
     # spare height is left below it, not around it. The legend sits above it.
     axis = dict(visible=False, range=[-AXIS_LIMIT, AXIS_LIMIT], fixedrange=False, constrain="domain")
+    fig = go.Figure()
     fig.update_layout(
-        # The title clears the label Gradio draws over the plot's top left corner; the legend (two
-        # rows on a phone) goes under it.
-        title=dict(text=title, x=0.02, y=1, yref="container", yanchor="top", pad=dict(t=44), font=dict(size=14)),
-        height=_height(n), shapes=shapes, margin=dict(l=10, r=10, t=120, b=10),
+        height=_height(n), margin=dict(l=10, r=10, t=120, b=10),
         plot_bgcolor="white", paper_bgcolor="white",
         xaxis=axis, yaxis=dict(axis, scaleanchor="x", scaleratio=1, constraintoward="top"),
         legend=dict(orientation="h", x=0, xanchor="left", y=1.01, yanchor="bottom"),
         uirevision="baby-chain",  # keep the user's zoom while frames stream in
         hoverlabel=dict(bgcolor="white"),
     )
-    return fig
+    return json.loads(fig.to_json())["layout"]
 
 
 def comparison_figure(analysis: ChainAnalysis, labels: Sequence[str], token_labels: Sequence[str]) -> go.Figure:

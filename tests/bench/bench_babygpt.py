@@ -63,13 +63,13 @@ def bench_core() -> None:
             pass
         probs = run.snapshots[-1].probs()
         costs = {
-            "frame (chain)": lambda: chain_figure(transition_graph(run.space, probs), unseen=[]).to_json(),
+            "frame (chain)": lambda: chain_figure(transition_graph(run.space, probs), unseen=[]).plot,
             "analysis": lambda: analyse_chain(run.space, probs, run.counts),
             "comparison": lambda: comparison_figure(
                 analyse_chain(run.space, probs, run.counts), run.space.labels(), list(run.space.tokenizer.chars)
             ).to_json(),
         }
-        size = len(chain_figure(transition_graph(run.space, probs), unseen=[]).to_json())
+        size = len(chain_figure(transition_graph(run.space, probs), unseen=[]).plot)
         parts = ", ".join(f"{name} {1000 * statistics.median(timed(fn) for _ in range(RUNS)):.0f} ms"
                           for name, fn in costs.items())
         print(f"figure {run.space.n_states:>2} states: {parts}; chain JSON {size / 1000:.0f} kB")
