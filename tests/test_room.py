@@ -142,10 +142,10 @@ def test_a_server_starts_its_workers_at_launch_and_a_room_trains_in_them():
         assert demo.workers is not None and demo.workers.processes == 2
         demo.workers.start(wait=True)  # already started by the app: this waits for their imports only
         clients = [api_client(url) for _ in range(3)]
-        jobs = [client.submit(**{**FORM, "steps": 120, "seed": seed}, api_name="/train")
+        jobs = [client.submit(**{**FORM, "steps": 60, "seed": seed}, api_name="/train")
                 for seed, client in enumerate(clients, start=1)]
         statuses = [job.result(timeout=300)[0] for job in jobs]
-        assert all(status.startswith("Done: 120 steps") for status in statuses), statuses
+        assert all(status.startswith("Done: 60 steps") for status in statuses), statuses
         assert demo.workers.worker_steps > 0 and demo.workers.members == 0
         for client in clients:
             client.close()
