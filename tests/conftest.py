@@ -1,7 +1,6 @@
 """Shared test setup and every shared fixture: offline data, fixed seeds, a running app, a headless browser,
 the tabs' handlers, tiny pretrained models. Helpers that are not fixtures live in tests/support/."""
 
-import gc
 import hashlib
 import os
 import random
@@ -98,17 +97,6 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _survivors_out_of_the_collector():
-    """What lives on from the imports and earlier modules (torch, gradio, the running app: over half a
-    million objects) set aside from the garbage collector at each module's start. The app frees each
-    closed session with a full collection (sessions.release_memory), and the app under test shares this
-    process: each collection walked all of it, up to a second apiece. Garbage is collected first, and what
-    the module makes (models, sessions) is collected as before."""
-    gc.collect()
-    gc.freeze()
 
 
 # ---------------------------------------------------------------- a running app (integration, browser)
