@@ -143,11 +143,12 @@ def browser(playwright_api):
 
 @pytest.fixture
 def open_page(running_app, browser):
-    """Open the app in new pages (`open_page(width, height)`); they close after the test."""
+    """Open the app in new pages (`open_page(width, height, query)`, query as "?preset=..."); they close
+    after the test."""
     pages = []
 
-    def opener(width: int = 1366, height: int = 900):
-        pages.append(new_page(browser, running_app[1], width, height))
+    def opener(width: int = 1366, height: int = 900, query: str = ""):
+        pages.append(new_page(browser, running_app[1] + query, width, height))
         return pages[-1]
 
     yield opener

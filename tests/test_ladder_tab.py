@@ -37,6 +37,13 @@ def every_step(monkeypatch):
     monkeypatch.setattr(tab, "UI_INTERVAL_S", 0.0)
 
 
+@pytest.fixture
+def quick_estimates(monkeypatch):
+    """Each validation estimate on 2 batches, not the tab's EVAL_ITERS: for a test of who climbs
+    and who stops, not the loss's precision (50-batch estimates are most of a 100-step climb's time)."""
+    monkeypatch.setattr(tab, "EVAL_ITERS", 2)
+
+
 def losses(table) -> list[float | None]:
     """The validation loss of each row, None where the rung has none (pending, training, not reached)."""
     found = [LOSS.match(cell) for cell in table["val loss"]]
@@ -153,7 +160,7 @@ def test_offline_without_shakespeare_says_so_and_keeps_the_view(handlers, monkey
     assert not handlers.ctx.registry.get("a").busy  # the session can climb once the file is there
 
 
-def test_two_sessions_climb_independently(handlers, every_step):
+def test_two_sessions_climb_independently(handlers, every_step, quick_estimates):
     a, b = handlers.climb(STEPS, 1337, "a"), handlers.climb(STEPS, 1337, "b")
     climb_until(a, 2, 10)
     climb_until(b, 2, 10)

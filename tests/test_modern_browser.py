@@ -32,8 +32,7 @@ def test_rope_and_grouped_queries_train_from_the_modern_parts(open_page, width, 
 
 def test_the_llama_style_preset_trains_and_its_steps_show_ropes_turn(open_page):  # noqa: F811
     """Trained once at a laptop's width, then the same page (its model, its analysis) on a phone's."""
-    page = open_page(1366, 900)
-    page.goto(page.url.split("?")[0] + "?preset=llama-style&steps=30")  # the preset, as a teacher's link gives it
+    page = open_page(1366, 900, "?preset=llama-style&steps=30")  # the preset, as a teacher's link gives it
     page.locator("#param-count").filter(has_text="RMSNorms").filter(has_not_text="position embedding").wait_for()
     set_number(page, "Steps", 30)
     page.locator("#train-button").click()
