@@ -19,7 +19,8 @@ TINY = dict(preset="repeat", corpus="repeat", tokenizer="char", stage="gpt", n_l
             eval_interval=100, weight_decay=0.01, grad_clip=1.0)
 
 
-def test_stop_twenty_times_on_a_busy_server(running_app, open_page, monkeypatch):
+def test_stop_ten_times_on_a_busy_server(running_app, open_page, monkeypatch):
+    # Ten rounds (twenty until the suite neared CI's 20 minutes): each asserts the same, a round takes 2-5 s.
     demo, url = running_app
     registry = demo.registry
     stopped_at, reached = [], []  # the step and moment each Stop reached the trainer: in the server itself
@@ -42,7 +43,7 @@ def test_stop_twenty_times_on_a_busy_server(running_app, open_page, monkeypatch)
     try:
         set_number(page, "Steps", 5000)
         seconds, extra_steps = [], []
-        for round_ in range(20):
+        for round_ in range(10):
             start = session.trainer.step if session.trainer else 0
             page.locator("#train-button").click()
             wait_until(lambda: session.job_name == "training" and session.trainer is not None
