@@ -70,8 +70,9 @@ def serve(settings=None, port: int | None = None):
     from playground.app import build_app, launch_kwargs
     from playground.settings import Settings
 
-    # No step worker processes unless a test asks for them (each server's would import torch twice, seconds of CPU)
-    settings = settings or Settings.from_env({}, step_workers="off")
+    settings = settings or Settings.from_env({})
+    if settings.step_workers == "auto":  # no step worker processes unless a test asks for a number of them:
+        settings = dataclasses.replace(settings, step_workers="off")  # each server's would import torch twice
     if settings.state_dir == Settings.from_env({}).state_dir:  # never the user's own store: one per server
         settings = dataclasses.replace(settings, state_dir=tempfile.mkdtemp(prefix="state-store-"))
     demo = build_app(settings)
