@@ -60,7 +60,7 @@ from gradio_client.utils import apply_diff
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from tests.support.app import free_port  # noqa: E402
-from host import describe_host  # noqa: E402  (this script's folder is on sys.path)
+from host import cpu_seconds, describe_host  # noqa: E402  (this script's folder is on sys.path)
 
 # Tiny Shakespeare from ../shared/data as in the tests, unless the caller says otherwise.
 os.environ.setdefault("PLAYGROUND_DATA_DIR", str(REPO.parent / "shared" / "data"))
@@ -125,16 +125,14 @@ def rss_mb(pid: int) -> float:
     return total
 
 
-def cpu_seconds(pid: int) -> tuple[float, float]:
+def tree_cpu_seconds(pid: int) -> tuple[float, float]:
     """CPU seconds (user + system) used so far by process `pid` itself, and by the processes it started that
     still run (the step workers)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    children = 0.0
+    own, children = cpu_seconds(pid), 0.0
     for task in Path(f"/proc/{pid}/task").iterdir():
         for child in (task / "children").read_text().split():
             try:
-                children += sum(cpu_seconds(int(child)))
+                children += sum(tree_cpu_seconds(int(child)))
             except OSError:  # it ended meanwhile
                 pass
     return own, children
@@ -311,7 +309,7 @@ def measure(n: int, timeout: float) -> dict:
         rss_idle = rss_mb(server.pid)
         load = os.getloadavg()[0]
 
-        cpu_before = cpu_seconds(server.pid)
+        cpu_before = tree_cpu_seconds(server.pid)
         started = time.monotonic()
         deadline = started + timeout
         for run in runs:
@@ -324,7 +322,7 @@ def measure(n: int, timeout: float) -> dict:
         for run in runs:
             run.join(max(0.0, deadline - time.monotonic()))
         ended = time.monotonic()
-        cpu = [after - before for after, before in zip(cpu_seconds(server.pid), cpu_before)]
+        cpu = [after - before for after, before in zip(tree_cpu_seconds(server.pid), cpu_before)]
         stop_probe.set()
         prober_thread.join(timeout=max(1.0, deadline - time.monotonic()))
         time.sleep(SETTLE_S)

@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from host import describe_host  # this script's folder is on sys.path
+from host import cpu_seconds, describe_host  # this script's folder is on sys.path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -64,12 +64,6 @@ def room(n: int, way: str, workers: StepWorkers) -> list[Trainer]:
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds process `pid` has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(n: int, way: str, workers: StepWorkers) -> dict:

@@ -3,6 +3,7 @@ twice as slow on one 2-core machine as on another).
 
     from host import describe_host      # a bench script's folder is on its sys.path
     print(describe_host())               # "host: AMD EPYC ..., 2 cores, 74.1 GFLOP/s on one thread ..."
+    cpu_seconds(pid)                     # and what a process has used of it, for figures less load-sensitive
 """
 
 from __future__ import annotations
@@ -42,3 +43,9 @@ def describe_host() -> str:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return (f"host: {cpu_name()}, {os.cpu_count()} cores, {host_speed():.1f} GFLOP/s on one thread "
             f"(512x512 float32 matmul); load average {load}; torch {torch.__version__}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process `pid` has used so far (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
