@@ -11,6 +11,7 @@ memory; each head's pattern scores at every snapshot; the moment an induction he
     steps, previous = movie.score_curve("previous-token")   # (F,) steps and (F, L, H) scores on the probe text
     steps, induction = movie.induction_curve()  # (F, L, H) each head's induction verdict's score
     onset = induction_onset(movie)         # the first step from which an induction head stays formed
+    formed = copying_onset(movie)          # ... from which some head copies (the copy task's, or induction)
 
 Which head is an induction head is decided as on the Attention tab, by `core.attention.is_induction_head`:
 a head past layer 0 that follows the repeats in random tokens written twice (`probe_induction`, measured
@@ -41,7 +42,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from core.attention import induction_heads, induction_verdict_scores, pattern_scores
+from core.attention import STRONG_PATTERN, induction_heads, induction_verdict_scores, pattern_scores
 from core.config import GPTConfig
 from core.tensorfile import pack, unpack
 
@@ -73,6 +74,9 @@ class Frame:
     maps: torch.Tensor  # (L, H, T, T) float16: half the memory, about 3 significant digits
     scores: dict[str, torch.Tensor | None]  # pattern -> (L, H) chance-corrected score; None: the probe cannot show it
     probe: torch.Tensor | None = None  # (L, H) float32 `probe_induction` at this step; None: not measured
+    # the best head's chance-corrected score for copying on the probe text (its "induction" pattern: the token
+    # after the current one's earlier occurrence); NaN where the probe text repeats no token
+    copying: float = float("nan")
 
 
 class AttentionMovie:
@@ -100,12 +104,14 @@ class AttentionMovie:
         at the newest one's step takes its place (the run's last step, probed now)."""
         kept = (torch.stack(list(maps)) if not isinstance(maps, torch.Tensor) else maps).cpu().half()
         # scored as kept: a movie decoded from its maps (`decode_movie`) gets the very same scores
-        scores = {name: None if result is None else result[1]
-                  for name, result in pattern_scores(kept.float(), self.probe_ids).items() if name in SCORED}
+        patterns = pattern_scores(kept.float(), self.probe_ids)
+        scores = {name: None if result is None else result[1] for name, result in patterns.items() if name in SCORED}
+        copies = patterns.get("induction")
+        copying = float("nan") if copies is None else float(copies[1].nan_to_num(-1.0).max())
         if probe is not None and probe.shape != kept.shape[:2]:
             raise ValueError(f"the probe scores are {tuple(probe.shape)} but the maps have "
                              f"{tuple(kept.shape[:2])} heads")
-        frame = Frame(step, kept, scores, None if probe is None else probe.detach().float().cpu())
+        frame = Frame(step, kept, scores, None if probe is None else probe.detach().float().cpu(), copying)
         if frame.maps.numel() * frame.maps.element_size() > self.max_bytes:
             raise ValueError(f"one snapshot takes {frame.maps.numel() * 2:,} bytes, more than the movie's "
                              f"{self.max_bytes:,}: use a shorter probe or a larger budget")
@@ -229,6 +235,18 @@ def induction_onset(movie: AttentionMovie) -> int | None:
         return None
     first = len(formed) - formed[::-1].index(False) if False in formed else 0
     return probed[first].step
+
+
+def copying_onset(movie: AttentionMovie) -> int | None:
+    """The step of the first snapshot from which the model copies in every snapshot to the end: some head
+    scores at least STRONG_PATTERN for copying on the probe text (`Frame.copying`: the copy task's head that
+    looks a fixed distance back scores so, as an induction head does), or the induction verdict names a head;
+    None if the last snapshot shows neither. What a class view calls "the head formed at"."""
+    formed = [frame.copying >= STRONG_PATTERN or bool(induction_heads(frame.probe)) for frame in movie.frames]
+    if not formed or not formed[-1]:
+        return None
+    first = len(formed) - formed[::-1].index(False) if False in formed else 0
+    return movie.frames[first].step
 
 
 def movie_gif(movie: AttentionMovie, width: int = GIF_WIDTH_PX) -> bytes:

@@ -180,6 +180,15 @@ class Analysis:
         return trained is not None and self.trained() is trained and self.step == trained.step
 
 
+@dataclass(frozen=True)
+class Problem:
+    """Why the session's last Train ended in an error: `refused` before it began (the server full, a bad form),
+    or an error while it trained (Train; a room's class view shows it)."""
+
+    refused: bool
+    message: str
+
+
 @dataclass
 class BabyState:
     """The Baby GPT tab's state: a session's baby GPT, its run and the last sampled walk on its chain."""
@@ -216,6 +225,7 @@ class Session:
     closed: bool = False  # its page closed, but it stays for a reload of it: nothing else keeps its model (registry)
     job_name: str | None = None  # the heavy job running now, if any (registry)
     stop_requested: bool = False  # Stop pressed; checked between training steps (Train)
+    train_problem: Problem | None = None  # why its last Train failed; None once one runs (Train)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property

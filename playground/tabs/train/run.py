@@ -35,7 +35,7 @@ from playground.figures.attention import live_heatmap
 from playground.figures.training import loss_figure, note_plot
 from playground.gradio_internals import plotly_json
 from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
-from playground.sessions import Session, TrainedModel, listed, missing_parts, training_bytes
+from playground.sessions import Problem, Session, TrainedModel, listed, missing_parts, training_bytes
 from playground.tabs.train import compare
 from playground.tabs.train.form import (
     BREAK_IT, MODEL_FIELDS, NORM_NAMES, FormRules, Recipe, TrainForm, takes_the_form,
@@ -133,12 +133,33 @@ class RunHandlers:
             probe prompt, model_changed: a stamp the other tabs watch (the last one when training ends),
             the replay's note, the head scores chart, what Train will do next).
         """
-        yield from self._train(form, request, new=False)
+        yield from self._noting_problems(self._train(form, request, new=False), request)
 
     @takes_the_form
     def train_new(self, form: TrainForm, request: gr.Request | str):
         """Like `train`, but discards the session's model first: a new one with these settings."""
-        yield from self._train(form, request, new=True)
+        yield from self._noting_problems(self._train(form, request, new=True), request)
+
+    def _noting_problems(self, updates, request: gr.Request | str):
+        """`updates` (a run's stream), keeping on the session why it failed (a room's class view shows it):
+        refused before its first update (a bad form, a full server, a job already running), or an error after."""
+        started = False
+        try:
+            for update in updates:
+                if not started:
+                    started = True
+                    self._note_problem(request, None)
+                yield update
+        except gr.Error as error:
+            session = self.registry.peek(request)
+            if session is not None and session.job_name is None:  # not refused for another job of its own
+                session.train_problem = Problem(refused=not started, message=error.message)
+            raise
+
+    def _note_problem(self, request: gr.Request | str, problem: Problem | None) -> None:
+        session = self.registry.peek(request)
+        if session is not None:
+            session.train_problem = problem
 
     def _train(self, form: TrainForm, request: gr.Request | str, new: bool):
         recipe = self.rules.recipe(form)
