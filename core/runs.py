@@ -47,6 +47,9 @@ COMPARED = {
 }
 
 
+TITLE_CHARS = 40  # of a run's title, as kept
+
+
 @dataclass(frozen=True)
 class RunRecord:
     number: int  # 1, 2, 3 ... in the order the session started its models
@@ -59,11 +62,12 @@ class RunRecord:
     probe_labels: list[str]  # the probe prompt's tokens, as the attention's axes
     attention: torch.Tensor | None  # (L, H, T, T) float16 at its last step; None: no attention, or too large
     entropy_bits: torch.Tensor | None  # (L, H) mean entropy of each head's rows: low means saturated
+    title: str = ""  # what to call it instead of "Run N" (a learner's name, where a teacher compares a room's runs)
 
     @classmethod
     def of(cls, number: int, config: GPTConfig, corpus: str, history: list[dict], train: dict,
            probe_labels: list[str], attention: torch.Tensor | None, max_bytes: int = RUNS_BYTES // RUNS_KEPT,
-           ) -> "RunRecord":
+           title: str = "") -> "RunRecord":
         """A record of a run from its trainer's `history` rows and its last attention maps (L, H, T, T)."""
         if attention is not None and attention.numel() * 2 > max_bytes:
             attention = None  # a run too large to keep whole still keeps its curves
@@ -75,7 +79,7 @@ class RunRecord:
         return cls(
             number, config, corpus, dict(train), history[-1]["step"] if history else 0,
             _columns(thinned), _columns(evaluated), list(probe_labels), maps,
-            None if maps is None else entropy_bits(maps.float())[0],
+            None if maps is None else entropy_bits(maps.float())[0], title,
         )
 
     @property
@@ -155,7 +159,7 @@ def encode_runs(runs: RunLog) -> bytes:
     """The log as safetensors bytes: each run's maps as a tensor, the rest as JSON metadata."""
     records = [{
         "number": r.number, "config": r.config.to_dict(), "corpus": r.corpus, "train": r.train, "step": r.step,
-        "train_curve": r.train_curve, "val_curve": r.val_curve, "probe_labels": r.probe_labels,
+        "train_curve": r.train_curve, "val_curve": r.val_curve, "probe_labels": r.probe_labels, "title": r.title,
     } for r in runs.records]
     tensors = {f"attention.{r.number}": r.attention.contiguous() for r in runs.records if r.attention is not None}
     metadata = {"runs": json.dumps(records, allow_nan=True), "numbered": str(runs._numbered),
@@ -191,15 +195,17 @@ def _decoded_record(values: dict, attention: torch.Tensor | None) -> RunRecord:
     number, step, corpus, train, labels = (values[key] for key in ("number", "step", "corpus", "train", "probe_labels"))
     if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (number, step)):
         raise ValueError("its number and step must be non-negative integers")
-    if not isinstance(corpus, str) or not isinstance(train, dict) or not all(isinstance(t, str) for t in labels):
-        raise ValueError("its corpus, training settings or probe tokens are not text")
+    title = values.get("title", "")  # runs kept before titles were have none
+    if (not isinstance(corpus, str) or not isinstance(title, str) or not isinstance(train, dict)
+            or not all(isinstance(t, str) for t in labels)):
+        raise ValueError("its corpus, title, training settings or probe tokens are not text")
     curves = [_curve(values[key]) for key in ("train_curve", "val_curve")]
     if attention is not None:
         expected = (config.n_layer, config.n_head, len(labels), len(labels))
         if attention.dtype != torch.float16 or tuple(attention.shape) != expected:
             raise ValueError(f"its maps must be float16 of shape {expected}, got {attention.dtype} {tuple(attention.shape)}")
     return RunRecord(number, config, corpus, dict(train), step, *curves, list(labels), attention,
-                     None if attention is None else entropy_bits(attention.float())[0])
+                     None if attention is None else entropy_bits(attention.float())[0], title[:TITLE_CHARS])
 
 
 def _curve(value) -> tuple[list[int], list[float]]:

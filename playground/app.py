@@ -28,10 +28,11 @@ from playground.errors import GuardedBlocks, harden, unknown_event_handlers
 from playground.gradio_internals import (
     event_handlers, forget_sessions, idle_sessions, page_closed, skip_missing_optional_imports,
 )
+from playground.rooms import Rooms
 from playground.sessions import SessionRegistry, release_memory, reuse_freed_memory
 from playground.settings import Settings
 from playground.store import open_store
-from playground.tabs import attention, baby, generate, ladder, train
+from playground.tabs import attention, baby, generate, ladder, room, train
 from playground.zerogpu import zero_gpu
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -60,6 +61,7 @@ TABS = (
     ("attention", "Attention", attention),
     ("ladder", "Ladder", ladder),
     ("baby", "Baby GPT", baby),
+    ("room", "Room", room),  # after Train: it pushes the Train tab's form (`ctx.lesson`)
 )
 
 
@@ -112,22 +114,24 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
     harden(demo)
     _name_tools(demo)
     registry.on_free(lambda session: forget_sessions(demo, [session.key]))
-    _start_sweeper(demo, registry, settings)
+    _start_sweeper(demo, registry, ctx.rooms, settings)
     demo.queue(max_size=settings.max_queue_size, default_concurrency_limit=1)
     demo.registry = registry  # for tests and benchmarks: the sessions this app holds
     demo.store = ctx.store  # ... and where it keeps their models across restarts
     demo.workers = ctx.workers  # ... and the processes their trainings step in
+    demo.rooms = ctx.rooms  # ... and the teachers' rooms
     return demo
 
 
-def _start_sweeper(demo: gr.Blocks, registry: SessionRegistry, settings: Settings) -> threading.Thread:
-    """A daemon thread that frees idle sessions even on a quiet server, and Gradio's own state of
+def _start_sweeper(demo: gr.Blocks, registry: SessionRegistry, rooms: Rooms, settings: Settings) -> threading.Thread:
+    """A daemon thread that frees idle sessions and ends idle rooms even on a quiet server, and Gradio's own state of
     session hashes that hold no session of ours and have been idle for `api_ttl_s` (a flood of
     cheap calls, each with a new hash, leaves about 0.8 MB of Gradio state per hash behind)."""
     interval_s = min(30.0, settings.api_ttl_s / 2)  # often enough for the shortest time-to-live
 
     def sweep() -> None:
         registry.sweep()
+        rooms.sweep()
         cutoff = datetime.datetime.now() - datetime.timedelta(seconds=settings.api_ttl_s)
         ours = registry.keys()  # Gradio also holds hashes the registry refused (too long, say)
         idle = [key for key in idle_sessions(demo, cutoff) if key not in ours]

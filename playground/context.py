@@ -11,7 +11,8 @@ components that tabs share.
             with ctx.registry.job(request, "attention"):
                 ...
 
-Shared: `share`, the round-robin turns trainings take step by step (`core.schedule`), `group`, where
+Shared: `rooms`, the teachers' rooms (`playground.rooms`), `lesson`, the Train tab's form as what a teacher
+pushes to a room (set by the Train tab for the Room tab), `share`, the round-robin turns trainings take step by step (`core.schedule`), `group`, where
 the Train tab's trainings step together instead on a GPU host (`core.group`; `stacked()` says where),
 `workers`, the processes where they step on a CPU host instead (`core.workers`; None: in turns),
 `pretrained`, one copy of each pretrained model's weights (`playground.pretrained`), and `store`,
@@ -26,7 +27,7 @@ Shared components:
   with a `.change` listener of their own (see `follow_model`).
 - `demo`: the `gr.Blocks` being built, e.g. for `ctx.demo.load(fn, inputs, outputs)`.
 - `tabs`: the `gr.Tabs`, so a button can switch tab (`gr.Tabs(selected="attention")`); tab ids are
-  "train", "generate", "attention", "ladder", "baby".
+  "train", "generate", "attention", "ladder", "baby", "room".
 
 Never imports a tab: tabs receive the context, the context knows no tab.
 """
@@ -51,10 +52,23 @@ from core.tokenizers import Tokenizer
 from core.train import Trainer
 from core.workers import StepWorkers, shareable
 from playground.pretrained import CATALOGUE, SharedPretrained
+from playground.rooms import Lesson, Rooms
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
 from playground.store import StateStore
 from playground.zerogpu import Chunk, Update, ZeroGPU
+
+@dataclass(frozen=True)
+class LessonForm:
+    """The Train tab's form as a lesson a teacher pushes to a room (the Train tab sets `AppContext.lesson`; the
+    Room tab reads it): its fields by name, the groups of fields a lesson may hide or lock, and `check(values,
+    hide, lock, before)`, which checks a form by the Train tab's rules (gr.Error) and says what it changes
+    from the lesson `before` (None: the room's first), in words for the learners' banner."""
+
+    fields: dict[str, gr.Component]
+    groups: tuple[str, ...]
+    check: Callable[[dict[str, Any], tuple[str, ...], tuple[str, ...], Lesson | None], str]
+
 
 # Events that do real work share a concurrency id per kind; the limit comes from the settings.
 HEAVY_KINDS = ("train", "generate", "attention", "baby", "checkpoint")
@@ -78,6 +92,8 @@ class AppContext:
     # (`playground.zerogpu`); None elsewhere.
     gpu: Callable[[Chunk], Iterator[Update]] | None = None
     gpu_turns: FairShare = field(default_factory=lambda: FairShare(1))
+    rooms: Rooms | None = None  # the teachers' rooms (playground.rooms; made from the settings if None)
+    lesson: LessonForm | None = None  # the Train tab's form as a room's lesson (set by the Train tab)
     # (fn, inputs, outputs) of what follows `model_changed`, in the order the tabs asked (`follow_model`)
     followers: list[tuple[Callable[..., Any], list[gr.Component], list[gr.Component]]] = field(
         default_factory=list, init=False)
@@ -86,6 +102,10 @@ class AppContext:
         if self.pretrained is None:
             self.pretrained = {key: SharedPretrained(kind, getattr(self.settings, kind.setting))
                                for key, kind in CATALOGUE.items()}
+        if self.rooms is None:
+            s = self.settings
+            self.rooms = Rooms(self.registry, max_rooms=s.max_rooms, max_learners=s.room_max_learners,
+                               idle_s=s.room_idle_s, server_key=s.teacher_key)
         if self.settings.worker_processes:  # they start when a second training joins (core.workers)
             self.workers = StepWorkers(self.settings.worker_processes)
 

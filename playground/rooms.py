@@ -53,7 +53,7 @@ CODE_CHARS = 8  # about 40 random bits: a room cannot be guessed in a workshop's
 ROOM_NAME_CHARS = 60
 NAME_CHARS = 24
 # Letters of any script, digits, spaces and a few marks: safe in Markdown, Plotly's legend and a CSV.
-NAME = re.compile(r"[^\W_](?:[\w .'-]*[^\W_])?")
+NAME = re.compile(r"[^\W_](?:(?:[^\W_]|[ .'-])*[^\W_])?")
 KEY_CHARS = 200  # of a teacher key, set on the server or typed
 STUCK_S = 60.0  # a learner whose step has not moved for this long (and is not done) is stuck
 EXPORT_POINTS = 500  # of each learner's training curve kept and exported

@@ -101,6 +101,14 @@ class Settings:
     # models in memory only), and the most it may hold; least recently written models go first.
     state_dir: str = field(default_factory=lambda: default_state_dir(os.environ))
     state_budget_bytes: int = 2_000_000_000
+    # Rooms (playground.rooms): a teacher's class view over the learners who joined through the room's link. A room
+    # takes at most `room_max_learners` (a workshop of 150 and the stragglers), a server at most `max_rooms`, and
+    # one ends after `room_idle_s` with no call from anyone in it. `teacher_key`, when set, is what opens a room and
+    # every room's class view; else each room gets a new random key, shown once to the teacher who opened it.
+    room_max_learners: int = 200
+    max_rooms: int = 20
+    room_idle_s: float = 4 * 3600.0
+    teacher_key: str = field(default="", repr=False)  # a secret: never in a log line
     # True when the caps were lifted on purpose (a laptop), for messages only
     caps_lifted: bool = False
 

@@ -18,7 +18,7 @@ COMPARE_JSON_BUDGET = 600_000  # the attention rows of up to four runs, redrawn 
 
 def run_name(record: RunRecord, varying: list[str]) -> str:
     """"Run 2: no √d scaling": the run's number and the settings that tell it from the others shown."""
-    return f"Run {record.number}" + (f": {record.describe(varying)}" if varying else "")
+    return (record.title or f"Run {record.number}") + (f": {record.describe(varying)}" if varying else "")
 
 
 def compare_loss_figure(records: list[RunRecord], varying: list[str]) -> go.Figure:

@@ -98,7 +98,7 @@ def _row(record: RunRecord, varying: list[str]) -> list:
 
 def _as_json(record: RunRecord) -> dict:
     return {
-        "run": record.number, "config": record.config.to_dict(), "train": record.train, "corpus": record.corpus,
+        "run": record.number, "title": record.title, "config": record.config.to_dict(), "train": record.train, "corpus": record.corpus,
         "step": record.step, "train_loss": record.train_loss, "val_loss": record.val_loss,
         "train_curve": {"steps": record.train_curve[0], "loss": record.train_curve[1]},
         "val_curve": {"steps": record.val_curve[0], "loss": record.val_curve[1]},

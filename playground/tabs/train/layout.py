@@ -38,7 +38,7 @@ from playground.context import AppContext
 from playground.figures import note_figure
 from playground.figures.training import loss_figure
 from playground.sessions import Session
-from playground.tabs.train import compare, link
+from playground.tabs.train import compare, link, room
 from playground.tabs.train.checkpoints import NO_MODEL_TO_EXPORT, CheckpointHandlers
 from playground.tabs.train.form import (
     ACTIVATION_CHOICES, BREAK_IT, CORPUS_CHOICES, FORM_FIELDS, MODEL_FIELDS, MODERN, NORM_CHOICES, PASTE,
@@ -84,6 +84,7 @@ def build(ctx: AppContext) -> TrainHandlers:
     shown: dict[str, gr.Component] = {}  # what handlers set by name besides the form
     groups: dict[str, gr.Accordion] = {}  # the form's accordions, by link.GROUPS' names: a link may hide them
 
+    room_banner = room.banner()  # a teacher's push is news: above everything
     # The buttons come first: on a phone the columns stack, and Train must not sit screens below.
     with gr.Row(elem_id="train-buttons"):
         train_btn = gr.Button("Train", variant="primary", elem_id="train-button")
@@ -196,7 +197,7 @@ def build(ctx: AppContext) -> TrainHandlers:
                                        visible=False)
             sample = gr.Textbox(label="Live sample (the model writing, refreshed as it learns)", lines=4,
                                 interactive=False, elem_id="live-sample", elem_classes="mono")
-            with gr.Accordion("Compare runs", open=False, elem_id="compare"):
+            with gr.Accordion("Compare runs", open=False, elem_id="compare") as compare_box:
                 compare_handlers, compare_outputs = compare.build(ctx)
             with gr.Accordion("Checkpoint: download or upload", open=False):
                 with gr.Row():
@@ -278,6 +279,8 @@ def build(ctx: AppContext) -> TrainHandlers:
                     new_btn.click(handlers.run.train_new, inputs, live, api_name="train_new", **training)):
         trained.then(handlers.replay.movie_after_run, None, movie_step, **quiet)  # the replay shows the last snapshot
         trained.then(compare_handlers.refresh, None, compare_outputs, **quiet)  # the run is kept
+    # opened, it shows the runs kept now (a teacher may have put a room's runs there from the Room tab)
+    compare_box.expand(compare_handlers.refresh, None, compare_outputs, **quiet)
     movie_note.change(handlers.replay.movie_range, None, movie_step, **quiet)  # a new snapshot: the slider reaches it
     movie_step.change(handlers.replay.replay, movie_step, movie_plot, api_name="attention_movie_frame",
                       trigger_mode="always_last", **cheap)
@@ -297,9 +300,10 @@ def build(ctx: AppContext) -> TrainHandlers:
     checkpoint_upload.upload(by_name(handlers.checkpoints.load_checkpoint), checkpoint_upload, loaded_outputs,
                              api_name="load_checkpoint", **one_at_a_time).then(
         handlers.run.preview, inputs, [params, next_step], **quiet)
-    opened = link.wire(ctx, handlers.rules, form, groups, view=view, note_box=link_note, preset_info=shown["preset_info"],
-                       button=share_btn, link_box=share_link,
-                       writers=[(form["preset"], preset_outputs), (checkpoint_upload, loaded_outputs)])
+    setter = link.FormSetter(handlers.rules, form, groups, view=view, note_box=link_note,
+                             preset_info=shown["preset_info"],
+                             writers=[(form["preset"], preset_outputs), (checkpoint_upload, loaded_outputs)])
+    opened = link.wire(ctx, setter, button=share_btn, link_box=share_link)
     # Coming back: after the link has set up the form, a model kept for this browser replaces it.
     shown["token"] = gr.BrowserState(None, storage_key=STORAGE_KEY,
                                      secret=ctx.store.secret() if ctx.store is not None else None)
@@ -308,10 +312,11 @@ def build(ctx: AppContext) -> TrainHandlers:
                                          "movie_note", "movie_plot", "head_scores", "movie_step", "attention",
                                          *KEPT_FIELDS)]
     # ... then what Train will do is said again, with the form as it now is
-    opened.then(by_name(handlers.restore.come_back), [shown["token"], shown["seen"]], restored, api_name="come_back",
-                **quiet).then(
+    came_back = opened.then(by_name(handlers.restore.come_back), [shown["token"], shown["seen"]], restored,
+                            api_name="come_back", **quiet).then(
         handlers.run.preview, inputs, [params, next_step], **quiet).then(
         compare_handlers.refresh, None, compare_outputs, **quiet)  # the runs kept with the model
+    room.wire(ctx, room_banner, setter, handlers.rules, came_back)  # a room's link: its lesson has the last word
     # A code from another browser brings its model as coming back does, and this browser keeps its token.
     carry_btn.click(handlers.restore.carry_code, None, carry_code, api_name="carry_code", **one_at_a_time).success(
         _shown, None, carry_code, **quiet)

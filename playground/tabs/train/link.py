@@ -51,6 +51,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 NOT_LINKED = ("text", "upload")  # a file cannot travel in a link, and pasted text is too long for one
 LINKED = tuple(name for name in FORM_FIELDS if name not in NOT_LINKED)  # the preset first
 VIEWS = ("hide", "lock")  # the keys whose values name groups
+OTHER_KEYS = ("room",)  # keys of a link that other parts of the page read (`playground.tabs.train.room`)
 MAX_QUERY_CHARS = 2000  # of a link's query, decoded; every field and group in one takes about 310
 SHOWN_CHARS = 40  # of a key or value echoed in the note
 # The page's own address, as the browser sees it: right behind a proxy, unlike the Host header.
@@ -130,9 +131,9 @@ def link(base: str, values: dict[str, Any], view: View, handlers: FormRules) -> 
         raise gr.Error("The page's address must start with http:// or https://.")
     check(handlers, values)
     defaults = preset_values(handlers, values["preset"])
-    query = {"preset": values["preset"], "seed": _text(values["seed"])}
-    query.update({name: _text(values[name]) for name in LINKED
-                  if name not in query and _text(values[name]) != _text(defaults[name])})
+    query = {"preset": values["preset"], "seed": as_text(values["seed"])}
+    query.update({name: as_text(values[name]) for name in LINKED
+                  if name not in query and as_text(values[name]) != as_text(defaults[name])})
     query.update({key: ",".join(groups) for key, groups in zip(VIEWS, (view.hide, view.lock)) if groups})
     return f"{base}?{urlencode(query, safe=',')}"
 
@@ -162,7 +163,7 @@ def _typed(raw: str) -> Any:
     return int(number) if number.is_integer() else number
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
     """A checked form value as a link writes it, so that link -> form -> link gives the same link."""
     value = _typed(value) if isinstance(value, str) else value
     if isinstance(value, str):
@@ -181,7 +182,7 @@ def note(setup: Setup) -> str:
     if setup.view.lock:
         said.append(f"It locks {_titles(setup.view.lock)}, with the controls that would change it.")
     if setup.ignored:
-        said.append("\n\n⚠️ Ignored from the link: " + "; ".join(_escaped(part) for part in setup.ignored) + ".")
+        said.append("\n\n⚠️ Ignored from the link: " + "; ".join(escaped(part) for part in setup.ignored) + ".")
     return " ".join(said).strip()
 
 
@@ -198,7 +199,7 @@ def _first_sentence(message: str) -> str:
     return re.match(r".*?(\.(?=\s)|$)", message, re.DOTALL).group(0)
 
 
-def _escaped(text: str) -> str:
+def escaped(text: str) -> str:
     """Text from a link shown as itself in Markdown: no markup, no HTML, no line breaks."""
     text = re.sub(r"[\x00-\x1f\x7f]", " ", text)
     return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)  # a backslash before each ASCII punctuation mark
@@ -214,41 +215,64 @@ def keeping_locks(update: Callable[[Any], dict], field: str) -> Callable[[Any, V
     return handler
 
 
-def wire(ctx: AppContext, handlers: FormRules, form: dict[str, gr.Component], groups: dict[str, gr.Accordion], *,
-         view: gr.State, note_box: gr.Markdown, preset_info: gr.Markdown, button: gr.Button, link_box: gr.Textbox,
-         writers: list[tuple[gr.Component, list[gr.Component]]]) -> Dependency:
-    """Open the page's link when it loads, and make one on `button`. `writers` are the controls that
-    fill form fields, each with its outputs: a writer is locked when it fills a locked field. Returns
-    the page-load event that opens the link (what must follow it can `.then` it)."""
-    _check_layout(form, groups)
-    opened = [*form.values(), *groups.values(), *(writer for writer, _ in writers), view, note_box, preset_info]
+class FormSetter:
+    """Sets the Train form from a `Setup`, as the page's link does when it opens and a room's lesson does when the
+    teacher pushes one: the fields' values, the view's hidden and locked groups, and the controls that would fill
+    a locked field (`writers`, each with its outputs) locked too."""
 
-    def open_link(request: gr.Request) -> dict:
-        query = list(request.query_params.multi_items())
-        if not query:
-            return {note_box: gr.skip()}  # nothing to change (an empty dict would be one output's value)
-        setup = parse(query, handlers)
-        # Locked in this page only: the API still takes any form (a classroom convenience, not security).
-        locked = {form[name] for name in setup.view.locked_fields}
-        updates = {
-            form[name]: gr.update(value=setup.values[name], **({"interactive": False} if form[name] in locked else {}))
-            for name in LINKED
-        }
-        updates.update({groups[group]: gr.update(visible=False) for group in setup.view.hide})
-        for writer, outputs in writers:  # the preset is both a field and a writer
+    def __init__(self, handlers: FormRules, form: dict[str, gr.Component], groups: dict[str, gr.Accordion], *,
+                 view: gr.State, note_box: gr.Markdown, preset_info: gr.Markdown,
+                 writers: list[tuple[gr.Component, list[gr.Component]]]) -> None:
+        _check_layout(form, groups)
+        self.handlers, self.form, self.groups, self.writers = handlers, form, groups, writers
+        self.view, self.note_box, self.preset_info = view, note_box, preset_info
+        self.outputs = [*form.values(), *groups.values(), *(writer for writer, _ in writers), view, note_box,
+                        preset_info]
+
+    def updates(self, setup: Setup, before: View = View(), note_text: str | None = None) -> dict:
+        """The page's updates for `setup`, on a page whose view was `before`: what `before` locked or hid and
+        `setup` does not is unlocked or shown again. The note says `note_text` (by default what the setup set)."""
+        locked = {self.form[name] for name in setup.view.locked_fields}
+        unlocked = {self.form[name] for name in before.locked_fields} - locked
+        updates = {}
+        for name in LINKED:
+            component = self.form[name]
+            lock = {"interactive": False} if component in locked else {"interactive": True} if component in unlocked else {}
+            updates[component] = gr.update(value=setup.values[name], **lock)
+        updates.update({self.groups[group]: gr.update(visible=False) for group in setup.view.hide})
+        updates.update({self.groups[group]: gr.update(visible=True) for group in before.hide
+                        if group not in setup.view.hide})
+        for writer, outputs in self.writers:  # the preset is both a field and a writer
             if any(output in locked for output in outputs):
                 updates[writer] = {**updates.get(writer, gr.update()), "interactive": False}
-        updates.update({view: setup.view, note_box: gr.update(value=note(setup), visible=True),
-                        preset_info: _preset_info(handlers, setup.values)})
+            elif any(output in unlocked for output in outputs):
+                updates[writer] = {**updates.get(writer, gr.update()), "interactive": True}
+        said = note(setup) if note_text is None else note_text
+        updates.update({self.view: setup.view, self.note_box: gr.update(value=said, visible=bool(said)),
+                        self.preset_info: _preset_info(self.handlers, setup.values)})
         return updates
+
+
+def wire(ctx: AppContext, setter: FormSetter, *, button: gr.Button, link_box: gr.Textbox) -> Dependency:
+    """Open the page's link when it loads (with `setter`), and make one on `button`. Returns the page-load event
+    that opens the link (what must follow it can `.then` it)."""
+    handlers, form = setter.handlers, setter.form
+
+    def open_link(request: gr.Request) -> dict:
+        # a key another part of the page reads (a room's code) is no setting of the form
+        query = [(key, value) for key, value in request.query_params.multi_items() if key not in OTHER_KEYS]
+        if not query:
+            return {setter.note_box: gr.skip()}  # nothing to change (an empty dict would be one output's value)
+        # Locked in this page only: the API still takes any form (a classroom convenience, not security).
+        return setter.updates(parse(query, handlers))
 
     def share_setup(page_view: View, *args) -> dict:
         *values, base = args
         return gr.update(value=link(base, dict(zip(LINKED, values)), page_view, handlers), visible=True)
 
     quiet = dict(**ctx.cheap(), api_visibility="private", show_progress="hidden")  # no spinner over the form
-    loaded = ctx.demo.load(open_link, None, opened, **quiet)
-    inputs = [view, *(form[name] for name in LINKED), link_box]
+    loaded = ctx.demo.load(open_link, None, setter.outputs, **quiet)
+    inputs = [setter.view, *(form[name] for name in LINKED), link_box]
     # The page's address replaces the last input (the link box's old value) on its way to the server.
     button.click(share_setup, inputs, link_box, **quiet,
                  js=f"(...args) => [...args.slice(0, {len(inputs) - 1}), {PAGE_ADDRESS}]")
