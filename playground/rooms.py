@@ -25,7 +25,7 @@ A room lives in this server's memory, like the trainings it reads: a restart end
 comes back from the state store; the teacher opens a new room), and a room's learners must reach the same
 replica (README, "Hosting it").
 
-Reads the sessions (`playground.sessions`) and core's movie; never imports a tab or a figure.
+Reads the sessions (`playground.sessions`) and core's movie. Never imports a tab or a figure.
 """
 
 from __future__ import annotations
@@ -304,6 +304,9 @@ class Rooms:
             if member is not None and not member.left:
                 room.active = now
                 return room, member
+            if len(room.present) >= self.max_learners:  # those whose sessions are gone make room first
+                for gone in [m for m in room.present if self.registry.peek(m.key) is None]:
+                    self._leave_locked(gone.key)
             if len(room.present) >= self.max_learners:
                 raise gr.Error(f"This room is full ({self.max_learners} learners).")
             if len(room.members) >= 2 * self.max_learners:  # those who left count too, up to a bound

@@ -28,6 +28,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from core.data import CORPORA
 from core.runs import RUNS_KEPT, RunRecord
 from core.tokenizers import token_labels
 from playground import validate
@@ -207,7 +208,7 @@ def _compare_record(teacher: Session, learner: Session | None, name: str) -> boo
     movie = trained.movie
     maps = movie.frames[-1].maps if movie is not None and movie.frames else None
     labels = token_labels(trained.tokenizer, movie.probe_ids) if movie is not None else []
-    built_in = (learner.kept_form or {}).get("corpus") not in (None, "paste", "upload")
+    built_in = (learner.kept_form or {}).get("corpus") in CORPORA  # a learner's own text is never shown
     teacher.runs.keep(RunRecord.of(
         teacher.runs.new_number(), trained.model.config, trained.corpus_name if built_in else "their own text",
         trained.history, trained.train_config.to_dict() if trained.train_config else {},
@@ -272,7 +273,9 @@ def build(ctx: AppContext) -> RoomHandlers:
         chart = gr.Plot(note_figure("No learner has trained yet."), label="Every learner's training loss",
                         elem_id="class-chart")
         table = gr.Dataframe(headers=list(COLUMNS), interactive=False, wrap=True, elem_id="class-table")
-        page = gr.Number(1, precision=0, minimum=1, label="Table page", elem_id="class-page")
+        with gr.Row():
+            page = gr.Number(1, precision=0, minimum=1, label=f"Table page ({ROWS_PER_PAGE} learners a page)",
+                             scale=0, min_width=200, elem_id="class-page")
         with gr.Row():
             layer = gr.Slider(0, ctx.settings.max_layers - 1, value=0, step=1, label="Layer", elem_id="class-layer")
             head = gr.Slider(0, ctx.settings.max_heads - 1, value=0, step=1, label="Head", elem_id="class-head")

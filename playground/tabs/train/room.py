@@ -9,7 +9,7 @@ push reaches every learner within a few seconds without a connection held open p
 gives the Room tab the form as a lesson (`lesson_form`: `AppContext.lesson`), checked by the form's own rules.
 
 Public events: /join_room (code, name), /room_name, /leave_room (and the UI-only poll and the join on load).
-Reads the rooms (`playground.rooms`) and the link (`link`); never imports the layout or another part's handlers.
+Reads the rooms (`playground.rooms`) and the link (`link`). Never imports the layout or another part's handlers.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ NOT_IN_A_ROOM = "You are not in a room."
 class LearnerRoom:
     """The learner's handlers: join, rename, leave, and the poll that applies the teacher's lessons."""
 
-    def __init__(self, ctx: AppContext, setter: link.FormSetter, *, row: gr.Row, banner: gr.Markdown,
+    def __init__(self, ctx: AppContext, setter: link.FormSetter, *, row: gr.Column, banner: gr.Markdown,
                  name_box: gr.Textbox, poll: gr.Timer, seen: gr.State) -> None:
         self.ctx, self.rooms, self.setter = ctx, ctx.rooms, setter
         self.row, self.banner, self.name_box, self.poll, self.seen = row, banner, name_box, poll, seen
@@ -49,7 +49,7 @@ class LearnerRoom:
         except gr.Error as error:  # said on the page, where the learner looks, not as a passing toast
             return {self.row: gr.update(visible=True), self.banner: f"⚠️ {error.message}",
                     self.name_box: gr.update(visible=False)}
-        return {**self._joined(room, member), **self._lesson(room, 0, view)}
+        return {**self._joined(room, member), **self._lesson(room, member, 0, view)}
 
     def join_room(self, code: Any, name: Any, request: gr.Request) -> str:
         """Join the room with this code (as a room's link does), named `name` (empty: a new anonymous name).
@@ -66,11 +66,11 @@ class LearnerRoom:
         joined = self.rooms.membership(session_key(request))
         if joined is None:
             return {self.poll: gr.Timer(active=False), self.row: gr.update(visible=False)}
-        room, _member = joined
+        room, member = joined
         seen = seen if isinstance(seen, int) and not isinstance(seen, bool) else 0
         if room.lesson is None or room.lesson.version <= seen:
             return {self.banner: gr.skip()}
-        return self._lesson(room, seen, view)
+        return self._lesson(room, member, seen, view)
 
     def rename(self, name: Any, request: gr.Request) -> str:
         """Your name in your room (letters, digits, spaces and . ' -; at most 24 characters).
@@ -91,7 +91,7 @@ class LearnerRoom:
         return {self.row: gr.update(visible=True), self.banner: _banner(room, member),
                 self.name_box: gr.update(value=member.name, visible=True), self.poll: gr.Timer(active=True)}
 
-    def _lesson(self, room: Room, seen: int, view: Any) -> dict:
+    def _lesson(self, room: Room, member: Member, seen: int, view: Any) -> dict:
         """The form set by the room's lesson (none yet: only the banner), if newer than `seen`."""
         lesson = room.lesson
         if lesson is None or lesson.version <= seen:
@@ -99,16 +99,16 @@ class LearnerRoom:
         setup = link.Setup(lesson.values, (), link.View(lesson.hide, lesson.lock), ())
         before = view if isinstance(view, link.View) else link.View()
         return {**self.setter.updates(setup, before), self.seen: lesson.version,
-                self.banner: f"{_room_line(room)}\n\n📣 **Your teacher set the lesson**: {lesson.said}"}
+                self.banner: _banner(room, member, pushed=True)}
 
 
-def _room_line(room: Room) -> str:
-    return f"🏫 Room **{link.escaped(room.name)}**"
-
-
-def _banner(room: Room, member: Member) -> str:
-    said = f"\n\n📣 **The lesson**: {room.lesson.said}" if room.lesson is not None else ""
-    return f"{_room_line(room)}: you are **{member.name}**. Your teacher sees your loss curve and maps, never your text.{said}"
+def _banner(room: Room, member: Member, pushed: bool = False) -> str:
+    """The room's name and the learner's, and the lesson: news when it was just `pushed`."""
+    lesson = room.lesson
+    said = "" if lesson is None else (
+        f"\n\n**{'Your teacher set the lesson' if pushed else 'The lesson'}**: {lesson.said}")
+    return (f"**Room {link.escaped(room.name)}**: you are **{member.name}**. Your teacher sees your loss curve and "
+            f"attention maps, never your text.{said}")
 
 
 def _titles(groups) -> str:
@@ -144,7 +144,7 @@ def lesson_form(rules: FormRules, form: dict[str, gr.Component]) -> LessonForm:
 class Banner:
     """The room's banner on the Train tab (hidden until the page joins a room), its poll, and the lesson it applied."""
 
-    row: gr.Row
+    row: gr.Column
     text: gr.Markdown
     name_box: gr.Textbox
     rename: gr.Button
@@ -155,13 +155,13 @@ class Banner:
 
 def banner() -> Banner:
     """Lay out the banner where it is called (the top of the Train tab: a push's news is seen first)."""
-    with gr.Row(visible=False, elem_id="room-banner", equal_height=False) as row:
+    with gr.Column(visible=False, elem_id="room-banner", variant="panel") as row:
         text = gr.Markdown(elem_id="room-note")
-        with gr.Column(scale=0, min_width=240):
-            name_box = gr.Textbox(label="Your name in the room", max_length=64, elem_id="room-name")
-            with gr.Row():
-                rename = gr.Button("Rename", size="sm", elem_id="room-rename")
-                leave = gr.Button("Leave the room", size="sm", elem_id="room-leave")
+        with gr.Row(equal_height=False):
+            name_box = gr.Textbox(label="Your name in the room", max_length=64, scale=2, min_width=160,
+                                  elem_id="room-name")
+            rename = gr.Button("Rename", size="sm", scale=1, min_width=80, elem_id="room-rename")
+            leave = gr.Button("Leave the room", size="sm", scale=1, min_width=110, elem_id="room-leave")
     return Banner(row, text, name_box, rename, leave, gr.Timer(ROOM_POLL_S, active=False), gr.State(0))
 
 
