@@ -45,6 +45,9 @@ CHART_POINTS = 60  # of each learner's curve on the class chart: 150 learners st
 TICK_S = 1.0  # the class view's refresh: a learner's new point shows within about this
 MAPS_TICK_S = 5.0  # the gallery's: maps change slowly, and they are the heavy part
 PAGE_ADDRESS = "window.location.origin + window.location.pathname"
+# The teacher's browser keeps the room's code and key (its local storage), so a reload shows the class view again.
+# BrowserState's secret is sent to every page: the value is no secret from that browser, and is checked as any key is.
+REMEMBERED_KEY, REMEMBERED_SECRET = "attention-playground-room", "kept-in-the-teachers-own-browser"
 INTRO = ("**Teach a workshop.** Open a room and share its link: each learner who opens it joins with an anonymous "
          "name. Their loss curves, answers and attention maps appear here as they train; set a lesson on the "
          "**Train** tab and push it to everyone at once.")
@@ -68,6 +71,16 @@ class RoomHandlers:
             raise gr.Error("The page's address must start with http:// or https://.")
         room, key = self.rooms.open(name, server_key)
         return room.code, key, _learners_link(page, room.code)
+
+    def resume(self, remembered: Any) -> tuple[str, str] | None:
+        """The (code, key) this browser kept, if they still open a room (None: nothing kept, or no longer)."""
+        if not (isinstance(remembered, list) and len(remembered) == 2 and all(isinstance(v, str) for v in remembered)):
+            return None
+        try:
+            self.rooms.teacher(*remembered)
+        except gr.Error:
+            return None
+        return remembered[0], remembered[1]
 
     def class_view(self, code: Any, key: Any, highlight: Any = None, page: Any = 1) -> tuple:
         """The class view of a room: (counts, the class chart, the table's page, the learners' names).
@@ -318,14 +331,28 @@ def build(ctx: AppContext) -> RoomHandlers:
         choices = (gr.skip(), gr.skip()) if now == known else (gr.update(choices=now), gr.update(choices=now))
         return (*shown_view, now, *choices)
 
+    remembered = gr.BrowserState(None, storage_key=REMEMBERED_KEY, secret=REMEMBERED_SECRET)
+
+    def come_back(kept: Any, typed: Any) -> tuple:
+        """The class view this browser kept open, shown again (a reload on the projector), unless a code is typed."""
+        resumed = None if typed else handlers.resume(kept)
+        if resumed is None:
+            return gr.skip(), gr.skip(), *(gr.skip(),) * 3, (None if kept is not None and not typed else gr.skip())
+        return (*resumed, *shown(True), gr.skip())
+
+    # Asked when a tab is picked, after a round trip: a BrowserState reads its storage once its tab is drawn, and
+    # the Room tab is not drawn until it is first picked.
+    ctx.tabs.select(lambda: None, None, None, **quiet).then(
+        come_back, [remembered, code_box], [code_box, key_box, view, ticks, maps_ticks, remembered], **quiet)
     opened = open_btn.click(handlers.open_room, [room_name, server_key, link_box], [code_box, key_box, link_box],
                             api_name="open_room", js=f"(name, key, page) => [name, key, {PAGE_ADDRESS}]", **cheap)
     opened.success(lambda: gr.update(visible=True), None, link_box, **quiet)
     for started in (opened, show_btn.click(refresh, view_inputs, view_outputs, api_visibility="private", **cheap)):
-        started.success(lambda: (*shown(True), ""), None, [view, ticks, maps_ticks, room_note], **quiet)
+        started.success(lambda code, key: (*shown(True), "", [code, key]), credentials,
+                        [view, ticks, maps_ticks, room_note, remembered], **quiet)
     refreshed = ticks.tick(refresh, view_inputs, view_outputs, **quiet)
-    refreshed.failure(lambda: (*shown(False), "The room has ended (closed, or idle too long)."), None,
-                      [view, ticks, maps_ticks, room_note], **quiet)
+    refreshed.failure(lambda: (*shown(False), "The room has ended (closed, or idle too long).", None), None,
+                      [view, ticks, maps_ticks, room_note, remembered], **quiet)
     gr.on([highlight.change, page.submit], refresh, view_inputs, view_outputs, **quiet)
     gr.api(handlers.class_view, api_name="class_view", **cheap)
     table.select(_row_name, None, highlight, **quiet)
@@ -339,7 +366,7 @@ def build(ctx: AppContext) -> RoomHandlers:
     compare_btn.click(handlers.room_to_compare, [*credentials, compared], compare_note, api_name="room_to_compare",
                       **cheap)
     close_btn.click(handlers.close_room, credentials, room_note, api_name="close_room", **cheap).success(
-        lambda: shown(False), None, [view, ticks, maps_ticks], **quiet)
+        lambda: (*shown(False), None), None, [view, ticks, maps_ticks, remembered], **quiet)
     return handlers
 
 
