@@ -21,7 +21,7 @@ import gradio as gr
 
 from playground import validate
 from playground.context import AppContext, LessonForm
-from playground.rooms import Lesson, Member, Room, checked_name
+from playground.rooms import Lesson, Member, Room
 from playground.sessions import session_key
 from playground.tabs.train import link
 from playground.tabs.train.form import FormRules
