@@ -116,7 +116,8 @@ class Room:
 
     @property
     def present(self) -> list[Member]:
-        return [member for member in self.members.values() if not member.left]
+        # a copy first (one step, under the GIL): a join may add a member while the class view reads
+        return [member for member in list(self.members.values()) if not member.left]
 
 
 def digest(key: str) -> bytes:
@@ -227,7 +228,8 @@ class Rooms:
         a new random one, shown once."""
         if not isinstance(name, str) or len(name) > 4 * ROOM_NAME_CHARS:
             raise gr.Error(f"A room's name is text of at most {ROOM_NAME_CHARS} characters.")
-        name = " ".join(name.split())
+        # control and format characters (NUL, a terminal's escapes, a right-to-left override) count as spaces
+        name = " ".join("".join(char if char.isprintable() else " " for char in name).split())
         if not name or len(name) > ROOM_NAME_CHARS:
             raise gr.Error(f"A room's name is text of 1 to {ROOM_NAME_CHARS} characters.")
         if self.server_key:
