@@ -217,6 +217,7 @@ class Rooms:
         self._rooms: dict[str, Room] = {}
         self._member_of: dict[str, str] = {}  # session key -> room code
         self._lock = threading.Lock()
+        registry.on_free(self._keep_results)
 
     def __len__(self) -> int:
         return len(self._rooms)
@@ -345,6 +346,15 @@ class Rooms:
             self._leave_locked(session_key)
 
     # ------------------------------------------------------------------ upkeep
+
+    def _keep_results(self, session: Session) -> None:
+        """A learner's session is gone (their tab closed, or evicted): keep their progress as it was, for the
+        class view and the export, even if no view read it since their last step."""
+        code = self._member_of.get(session.key)
+        room = None if code is None else self._rooms.get(code)
+        member = None if room is None else room.members.get(session.key)
+        if member is not None and not member.left:
+            member.last = progress_of(session, member)
 
     def sweep(self) -> None:
         """End the rooms idle for `idle_s`."""

@@ -246,6 +246,19 @@ def test_progress_follows_a_learner_through_training():
     assert gone.state == "left" and gone.step == kept.step and gone.curve == kept.curve and member.left
 
 
+def test_a_learner_who_closes_their_tab_before_the_view_reads_them_keeps_their_results():
+    ctx = make_ctx()
+    train = TrainHandlers(ctx)
+    rooms = Rooms(ctx.registry, max_rooms=2, max_learners=10, idle_s=3600)
+    room, _ = rooms.open("Class")
+    rooms.join(room.code, "a")
+    run_train(train, "a")
+    ctx.registry.free("a")  # no class view read "a" since they joined
+    ((member, gone),) = rooms.progress(room)
+    assert gone.state == "left" and gone.step == FORM["steps"] and gone.curve[0][-1] == FORM["steps"]
+    assert member.left and gone.loss is not None
+
+
 def test_a_learner_without_progress_for_stuck_s_is_stuck():
     registry = SessionRegistry(10**9, 600)
     clock = Clock()
