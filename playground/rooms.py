@@ -116,7 +116,8 @@ class Room:
 
     @property
     def present(self) -> list[Member]:
-        return [member for member in self.members.values() if not member.left]
+        # a copy first (one step, under the GIL): a join may add a member while the class view reads
+        return [member for member in list(self.members.values()) if not member.left]
 
 
 def digest(key: str) -> bytes:
@@ -216,6 +217,7 @@ class Rooms:
         self._rooms: dict[str, Room] = {}
         self._member_of: dict[str, str] = {}  # session key -> room code
         self._lock = threading.Lock()
+        registry.on_free(self._keep_results)
 
     def __len__(self) -> int:
         return len(self._rooms)
@@ -227,7 +229,8 @@ class Rooms:
         a new random one, shown once."""
         if not isinstance(name, str) or len(name) > 4 * ROOM_NAME_CHARS:
             raise gr.Error(f"A room's name is text of at most {ROOM_NAME_CHARS} characters.")
-        name = " ".join(name.split())
+        # control and format characters (NUL, a terminal's escapes, a right-to-left override) count as spaces
+        name = " ".join("".join(char if char.isprintable() else " " for char in name).split())
         if not name or len(name) > ROOM_NAME_CHARS:
             raise gr.Error(f"A room's name is text of 1 to {ROOM_NAME_CHARS} characters.")
         if self.server_key:
@@ -346,6 +349,15 @@ class Rooms:
             self._leave_locked(session_key)
 
     # ------------------------------------------------------------------ upkeep
+
+    def _keep_results(self, session: Session) -> None:
+        """A learner's session is gone (their tab closed, or evicted): keep their progress as it was, for the
+        class view and the export, even if no view read it since their last step."""
+        code = self._member_of.get(session.key)
+        room = None if code is None else self._rooms.get(code)
+        member = None if room is None else room.members.get(session.key)
+        if member is not None and not member.left:
+            member.last = progress_of(session, member)
 
     def sweep(self) -> None:
         """End the rooms idle for `idle_s`."""

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
-import pandas as pd
 
 from core.data import CORPORA
 from core.runs import RUNS_KEPT, RunRecord
@@ -83,7 +82,8 @@ class RoomHandlers:
         return remembered[0], remembered[1]
 
     def class_view(self, code: Any, key: Any, highlight: Any = None, page: Any = 1) -> tuple:
-        """The class view of a room: (counts, the class chart, the table's page, the learners' names).
+        """The class view of a room: (counts, the class chart, the table's page ({"headers", "data"}), the
+        learners' names).
 
         The table's columns: learner, state (joined, training, stopped, done, refused, error, left), step, loss,
         val loss, answers right, head formed at (the step from which a head copies), last progress."""
@@ -99,8 +99,10 @@ class RoomHandlers:
         pages = max(1, math.ceil(len(rows) / ROWS_PER_PAGE))
         page = min(page, pages)
         shown = rows[(page - 1) * ROWS_PER_PAGE: page * ROWS_PER_PAGE]
+        # the table as {"headers", "data"}: what the Dataframe shows, and plain JSON over the API (a pandas
+        # DataFrame there comes out as its printed, column-elided text)
         return (self._counts(room, everyone, page, pages), class_loss_figure(curves, highlight, longest or None),
-                pd.DataFrame(shown, columns=list(COLUMNS)), names)
+                {"headers": list(COLUMNS), "data": shown}, names)
 
     def class_maps(self, code: Any, key: Any, layer: Any = 0, head: Any = 0, page: Any = 1):
         """One attention map per learner (their last snapshot on their probe prompt) for head `head` of layer
