@@ -142,6 +142,11 @@ def class_maps_figure(maps: list[Map], layer: int, head: int, columns: int = 6) 
             xaxis=f"x{suffix}", yaxis=f"y{suffix}", name=_text(name), xgap=0, ygap=0,
             hovertemplate="%{fullData.name}<br>%{y} → %{x}: %{z:.2f}<extra></extra>",
         ))
+    # Only the drawn tiles' axes: plotly cannot tick an empty category axis tied to another by scaleanchor (it
+    # throws "ax.dtick error: Infinity" in the page while the learners have no map yet).
+    drawn = {trace["xaxis"][1:] for trace in traces}
+    axes = {name: axis for name, axis in axes.items() if name[5:] in drawn} or {
+        "xaxis": dict(visible=False), "yaxis": dict(visible=False)}
     base = _gallery_layout(rows)
     layout = {**base, **axes, "annotations": notes,
               "title": {**base["title"], "text": f"Layer {layer}, head {head}: one map per learner"}}
