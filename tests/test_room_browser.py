@@ -47,13 +47,17 @@ def room_server():
 
 @pytest.fixture
 def pages(room_server, browser):
-    """Open pages on the server (`pages.open(query, width)`), each in its own context; closed after the test."""
+    """Open pages on the server (`pages.open(query, count)`), each in its own context; closed after the test."""
     opened = []
 
     class Opener:
-        def open(self, query: str = "", width: int = 1366):
-            opened.append(new_page(browser, room_server[1] + query, width))
-            return opened[-1]
+        def open(self, query: str = "", count: int = 1) -> list:
+            """`count` pages on the address plus `query`, loading side by side."""
+            fresh = [new_page(browser, room_server[1] + query, ready=False) for _ in range(count)]
+            opened.extend(fresh)
+            for page in fresh:
+                page.locator("#train-button").wait_for()
+            return fresh
 
     yield Opener()
     for page in opened:
@@ -77,7 +81,7 @@ def open_room(teacher) -> str:
 
 def join(pages, link_query: str) -> tuple[list, list[str]]:
     """Ten learners open the room's link; their pages and their anonymous names (from their banners)."""
-    learners = [pages.open(link_query) for _ in range(LEARNERS)]
+    learners = pages.open(link_query, LEARNERS)
     names = []
     for learner in learners:
         learner.locator("#room-note").filter(has_text="you are").wait_for()
@@ -149,7 +153,7 @@ class Laps:
 
 def test_a_room_of_ten_learners_pushes_trains_and_shows_in_the_class_view(pages):
     laps = Laps()
-    teacher = pages.open()
+    teacher, = pages.open()
     link = open_room(teacher)
     learners, names = join(pages, link[link.index("?"):])
     teacher.locator("#class-counts").filter(has_text=f"{LEARNERS} joined").wait_for()
