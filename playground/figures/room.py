@@ -145,6 +145,11 @@ def class_maps_figure(maps: list[Map], layer: int, head: int, columns: int = 6) 
             xaxis=f"x{_suffix(i)}", yaxis=f"y{_suffix(i)}", name=_text(name),
             hovertemplate="%{fullData.name}<br>%{y} → %{x}: %{z}%<extra></extra>",
         ))
+    # Only the drawn tiles' axes: plotly cannot tick an empty category axis tied to another by scaleanchor (it
+    # throws "ax.dtick error: Infinity" in the page while the learners have no map yet).
+    drawn = {trace["xaxis"][1:] for trace in traces}
+    axes = {name: axis for name, axis in axes.items() if name[5:] in drawn} or {
+        "xaxis": dict(visible=False), "yaxis": dict(visible=False)}
     base = _gallery_layout(rows)
     layout = {**base, **axes, "annotations": notes,
               "title": {**base["title"], "text": f"Layer {layer}, head {head}: one map per learner"}}

@@ -37,15 +37,16 @@ def find_chromium(bundled: str = "") -> str:
                       f".venv/bin/playwright install chromium) or set {CHROMIUM_ENV} to its path")
 
 
-def new_page(browser, url: str, width: int = 1366, height: int = 900, **options):
-    """A new page (its own session) on the app, errors recorded, once the Train tab is up; `options` go
-    to Playwright's `browser.new_page`."""
+def new_page(browser, url: str, width: int = 1366, height: int = 900, ready: bool = True, **options):
+    """A new page (its own session) on the app, errors recorded, once the Train tab is up (or as soon as the
+    server answers, if not `ready`: pages then load side by side); `options` go to Playwright's `browser.new_page`."""
     page = browser.new_page(viewport={"width": width, "height": height}, **options)
     page.set_default_timeout(TIMEOUT_MS)
     page.errors = []
     page.on("pageerror", lambda error: page.errors.append(str(error)))
-    page.goto(url, wait_until="domcontentloaded")
-    page.locator("#train-button").wait_for()
+    page.goto(url, wait_until="domcontentloaded" if ready else "commit")
+    if ready:
+        page.locator("#train-button").wait_for()
     return page
 
 

@@ -1,0 +1,208 @@
+"""A teacher's room in headless Chromium (issue 39's acceptance): one teacher and ten learners, each page in its
+own browser context, on one server. The teacher opens a room; the learners open its link and get their anonymous
+names; one push sets every learner's form and says so in their banner; the learners train, and each one's curve
+reaches the class chart (the delay is printed, with the host's speed); the table says where each copying head
+formed. Screenshots go to tests/screenshots/ (git-ignored) for a person to look at.
+"""
+
+import re
+import statistics
+import sys
+import time
+
+import pytest
+
+from support.app import REPO, serve, wait_until
+from support.browser import assert_no_errors, new_page, open_tab, set_number, shot
+
+sys.path.insert(0, str(REPO / "tests" / "bench"))
+from host import describe_host  # noqa: E402  (the benchmarks' one line on the host's speed)
+
+pytestmark = pytest.mark.browser
+LEARNERS = 10
+STEPS = 100  # the default preset's copying head forms about step 60-65, its answers are all right by step 100
+TRAINED_S = 300.0  # ten trainings of STEPS at once, on CI's 2 cores beside the browser's eleven pages
+APPEARS_S = 30.0  # asserted: generous for CI's busy 2 cores (the issue asks for 2 s; the view ticks every 1 s)
+# Kept in each page: (time, the last step of each named trace) whenever one changes. Read in the page every 100 ms
+# so that eleven pages cost Python nothing until the end, on one clock (the pages share this machine's).
+RECORD = """([selector, every]) => {
+    window.seenSteps = []; let last = "";
+    setInterval(() => {
+        const plot = document.querySelector(selector);
+        if (!plot || !plot.data) return;
+        const steps = {};
+        for (const trace of plot.data) if (trace.x && trace.x.length) steps[trace.name] = Math.max(...trace.x);
+        const now = JSON.stringify(steps);
+        if (now !== last) { last = now; window.seenSteps.push([Date.now() / 1000, steps]); }
+    }, every);
+}"""
+
+
+@pytest.fixture(scope="module")
+def room_server():
+    """One server for this file's teacher and learners: (demo, url)."""
+    with serve() as app:
+        yield app
+
+
+@pytest.fixture
+def pages(room_server, browser):
+    """Open pages on the server (`pages.open(query, count)`), each in its own context; closed after the test."""
+    opened = []
+
+    class Opener:
+        def open(self, query: str = "", count: int = 1) -> list:
+            """`count` pages on the address plus `query`, loading side by side."""
+            fresh = [new_page(browser, room_server[1] + query, ready=False) for _ in range(count)]
+            opened.extend(fresh)
+            for page in fresh:
+                page.locator("#train-button").wait_for()
+            return fresh
+
+    yield Opener()
+    for page in opened:
+        page.close()
+
+
+def number(page, label: str):
+    return page.get_by_label(f"number input for {label}")
+
+
+def open_room(teacher) -> str:
+    """Open a room on the teacher's Room tab; the learners' link."""
+    open_tab(teacher, "Room")
+    teacher.locator("#room-name-input textarea, #room-name-input input").first.fill("Tuesday's workshop")
+    teacher.locator("#room-open").click()
+    link = teacher.locator("#room-link textarea, #room-link input").first
+    wait_until(lambda: "?room=" in link.input_value(), what="the learners' link")
+    teacher.locator("#class-view").wait_for()
+    return link.input_value()
+
+
+def join(pages, link_query: str) -> tuple[list, list[str]]:
+    """Ten learners open the room's link; their pages and their anonymous names (from their banners)."""
+    learners = pages.open(link_query, LEARNERS)
+    names = []
+    for learner in learners:
+        learner.locator("#room-note").filter(has_text="you are").wait_for()
+        name_box = learner.locator("#room-name textarea, #room-name input").first
+        wait_until(lambda: name_box.input_value() != "", what="the learner's name")
+        names.append(name_box.input_value())
+        assert f"you are {names[-1]}" in learner.locator("#room-note").inner_text()
+    assert len(set(names)) == LEARNERS, names
+    return learners, names
+
+
+def push_the_lesson(teacher) -> None:
+    """On the teacher's own Train tab: Steps; on the Room tab: lock the model, push."""
+    open_tab(teacher, "Train")
+    set_number(teacher, "Steps", STEPS)
+    open_tab(teacher, "Room")
+    teacher.locator("#lesson-lock").get_by_label("model", exact=True).check()
+    teacher.locator("#lesson-push").click()
+    teacher.locator("#lesson-note").filter(has_text=f"pushed to {LEARNERS} learners").wait_for()
+
+
+def assert_the_lesson_reached(learner) -> None:
+    learner.locator("#room-note").filter(has_text="Your teacher set the lesson").wait_for()
+    wait_until(lambda: number(learner, "Steps").input_value() == str(STEPS), what="the lesson's steps")
+    for label in ("Layers", "Heads", "Embedding size (n_embd)", "Block size (context)", "Dropout"):
+        assert number(learner, label).is_disabled(), label
+    assert not number(learner, "Steps").is_disabled()  # only the model is locked
+
+
+def class_table(teacher) -> list[dict[str, str]]:
+    """The class table's rows as the teacher's page shows them, by column header."""
+    return teacher.evaluate("""() => {
+        const root = document.querySelector('#class-table');
+        const heads = [...root.querySelectorAll('th[role=columnheader]')].map(th => th.title);
+        return [...root.querySelectorAll('[role=row].virtual-row')].map(row => Object.fromEntries(
+            [...row.querySelectorAll('[role=gridcell]')].map(cell => [heads[cell.dataset.col],
+                                                                      cell.innerText.trim()])));
+    }""")
+
+
+def delays(learner_seen: list, teacher_seen: list, name: str) -> list[float]:
+    """For each step the learner's own chart drew: seconds until the teacher's chart showed `name` at that step
+    or later (inf: never)."""
+    found = []
+    for moment, steps in learner_seen:
+        step = steps.get("train")
+        if step is None:
+            continue
+        shown = (when for when, traced in teacher_seen if traced.get(name, -1) >= step)
+        found.append(next(shown, float("inf")) - moment)  # below 0: the view ticked before the page drew
+    return found
+
+
+class Laps:
+    """How long each part of the test took, to print."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.monotonic()
+        self.parts: list[str] = []
+
+    def mark(self, part: str) -> None:
+        now = time.monotonic()
+        self.parts.append(f"{part} {now - self.last:.0f} s")
+        print(self.parts[-1], flush=True)
+        self.last = now
+
+    def __str__(self) -> str:
+        return f"{time.monotonic() - self.start:.0f} s in all: " + ", ".join(self.parts)
+
+
+def test_a_room_of_ten_learners_pushes_trains_and_shows_in_the_class_view(pages):
+    laps = Laps()
+    teacher, = pages.open()
+    link = open_room(teacher)
+    learners, names = join(pages, link[link.index("?"):])
+    teacher.locator("#class-counts").filter(has_text=f"{LEARNERS} joined").wait_for()
+    laps.mark("eleven pages open, the learners joined")
+
+    push_the_lesson(teacher)
+    for learner in learners:
+        assert_the_lesson_reached(learner)
+    laps.mark("the lesson pushed and applied")
+
+    teacher.evaluate(RECORD, ["#class-chart .js-plotly-plot", 100])
+    for learner in learners:
+        learner.evaluate(RECORD, ["#loss-plot .js-plotly-plot", 100])
+    for learner in learners:
+        learner.locator("#train-button").click()
+    counts = teacher.locator("#class-counts")
+    wait_until(lambda: f"{LEARNERS} done" in counts.inner_text(), timeout=TRAINED_S,
+               what="the counts to say every learner is done", poll=0.5)
+    teacher.wait_for_timeout(1500)  # a tick after the last step: the chart holds every learner's last point
+    for learner in learners:
+        learner.locator("#train-status").filter(has_text=f"Done: {STEPS} steps").wait_for()
+
+    laps.mark("ten learners trained")
+    teacher_seen = teacher.evaluate("() => window.seenSteps")
+    waits = {name: delays(learner.evaluate("() => window.seenSteps"), teacher_seen, name)
+             for name, learner in zip(names, learners)}
+    every = sorted(wait for found in waits.values() for wait in found)
+    print(f"\nclass view: a learner's new point reached the teacher's chart after "
+          f"p50 {statistics.median(every):.2f} s, p90 {every[len(every) * 9 // 10]:.2f} s, max {every[-1]:.2f} s "
+          f"({len(every)} points of {LEARNERS} learners; below 0: the teacher's chart had it first; the view ticks "
+          "every 1 s)\n"
+          f"{describe_host()}")
+    for name, found in waits.items():
+        assert found and max(found) <= APPEARS_S, (name, found)
+
+    rows = class_table(teacher)
+    shot(teacher, "room-class-view-desktop")
+    teacher.set_viewport_size({"width": 390, "height": 844})
+    teacher.wait_for_timeout(1500)  # Plotly redraws on the resize, a moment later
+    shot(teacher, "room-class-view-phone")
+    shot(learners[0], "room-learner-banner")
+    assert sorted(row["learner"] for row in rows) == sorted(names)
+    right = [row for row in rows if row["answers right"] == "100%"]
+    assert right, rows  # the copying head formed for some learner ...
+    assert all(re.fullmatch(r"\d+", row["head formed at"]) for row in right), rows  # ... and the table says when
+    assert all(row["state"] == "done" and row["step"] == str(STEPS) for row in rows), rows
+    assert re.search(rf"{LEARNERS} joined .* {LEARNERS} done", counts.inner_text()), counts.inner_text()
+    for page in (teacher, *learners):
+        assert_no_errors(page)
+    laps.mark("the checks and screenshots")
+    print(f"the room's test: {laps}")
