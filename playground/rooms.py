@@ -56,6 +56,10 @@ NAME_CHARS = 24
 NAME = re.compile(r"[^\W_](?:(?:[^\W_]|[ .'-])*[^\W_])?")
 KEY_CHARS = 200  # of a teacher key, set on the server or typed
 STUCK_S = 60.0  # a learner whose step has not moved for this long (and is not done) is stuck
+# A member without a session whose page has not asked for the lesson for this long (a page asks every few
+# seconds) has closed it: they count as left, and a full room makes room of them. A page still open keeps its
+# place even when its session (holding no model yet) was dropped, so a flood of sessions cannot push it out.
+GONE_S = 30.0
 EXPORT_POINTS = 500  # of each learner's training curve kept and exported
 STATES = ("joined", "training", "stopped", "done", "refused", "error", "left")
 ADJECTIVES = ("Amber", "Azure", "Brave", "Calm", "Clever", "Coral", "Crimson", "Eager", "Gentle", "Golden",
@@ -100,6 +104,7 @@ class Member:
     joined: float
     last: Progress = field(default_factory=lambda: Progress("joined"))  # kept when the session is gone
     moved: float = 0.0  # when `last.step` last changed (or the join): what "stuck" measures
+    seen: float = 0.0  # when their page last asked for the lesson (or the join): what "gone" measures
     left: bool = False
 
 
@@ -278,9 +283,13 @@ class Rooms:
         now, shown = self._clock(), []
         for member in list(room.members.values()):
             session = None if member.left else self.registry.peek(member.key)
-            progress = progress_of(session, member)
-            if progress.state == "left":
-                member.left = True
+            if session is None and not member.left and now - member.seen < GONE_S:
+                progress = member.last  # a page still open whose session went (it held no model): as it was
+            else:
+                progress = progress_of(session, member)
+            if progress.state == "left" and not member.left:
+                with self._lock:
+                    self._leave_locked(member.key)
             if progress.step != member.last.step or progress.run != member.last.run:
                 member.moved = now
             member.last = progress
@@ -305,10 +314,11 @@ class Rooms:
                 raise gr.Error("No open room has this code: ask your teacher for the room's link.")
             member = room.members.get(session_key)
             if member is not None and not member.left:
-                room.active = now
+                room.active = member.seen = now
                 return room, member
-            if len(room.present) >= self.max_learners:  # those whose sessions are gone make room first
-                for gone in [m for m in room.present if self.registry.peek(m.key) is None]:
+            if len(room.present) >= self.max_learners:  # those gone (GONE_S) make room first
+                for gone in [m for m in room.present
+                             if now - m.seen >= GONE_S and self.registry.peek(m.key) is None]:
                     self._leave_locked(gone.key)
             if len(room.present) >= self.max_learners:
                 raise gr.Error(f"This room is full ({self.max_learners} learners).")
@@ -317,7 +327,7 @@ class Rooms:
             self._leave_locked(session_key)
             taken = {m.name for m in room.present}
             name = name if name is not None and name not in taken else self._new_name(taken)
-            member = room.members[session_key] = Member(session_key, name, joined=now, moved=now)
+            member = room.members[session_key] = Member(session_key, name, joined=now, moved=now, seen=now)
             self._member_of[session_key] = code
             room.active = now
             return room, member
@@ -329,7 +339,7 @@ class Rooms:
         member = None if room is None else room.members.get(session_key)
         if member is None or member.left or room.closed:
             return None
-        room.active = self._clock()
+        room.active = member.seen = self._clock()
         return room, member
 
     def rename(self, session_key: str, name: Any) -> Member:

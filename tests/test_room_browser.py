@@ -199,7 +199,7 @@ def test_a_room_of_ten_learners_pushes_trains_and_shows_in_the_class_view(pages)
     assert sorted(row["learner"] for row in rows) == sorted(names)
     right = [row for row in rows if row["answers right"] == "100%"]
     assert right, rows  # the copying head formed for some learner ...
-    assert all(re.fullmatch(r"\d+", row["head formed at"]) for row in right), rows  # ... and the table says when
+    assert all(re.fullmatch(r"\d+", row["head formed by step"]) for row in right), rows  # ... and the table says when
     assert all(row["state"] == "done" and row["step"] == str(STEPS) for row in rows), rows
     assert re.search(rf"{LEARNERS} joined .* {LEARNERS} done", counts.inner_text()), counts.inner_text()
     for page in (teacher, *learners):

@@ -12,7 +12,7 @@ from core.movie import copying_onset
 from core.runs import RunLog, RunRecord, decode_runs, encode_runs
 from core.tensorfile import pack, unpack
 from playground.rooms import (
-    CODE_ALPHABET, CODE_CHARS, NAME_CHARS, ROOM_NAME_CHARS, STUCK_S, Member, Rooms, checked_code, checked_name,
+    CODE_ALPHABET, CODE_CHARS, GONE_S, NAME_CHARS, ROOM_NAME_CHARS, STUCK_S, Member, Rooms, checked_code, checked_name,
     progress_of,
 )
 from playground.sessions import Problem, SessionRegistry
@@ -238,10 +238,14 @@ def test_progress_follows_a_learner_through_training():
         run_train(train, "b", preset="nope")
     first = progress_of(ctx.registry.peek("b"), fresh)
     assert first.state == "refused" and first.problem and first.step == 0
-    # gone: the session freed, the last progress stays (the results), marked left
+    # gone: the session freed, the last progress stays (the results); while their page may still ask for the
+    # lesson (GONE_S) they stay in the room, then they are marked left
     rooms.progress(room)
     kept = member.last
     ctx.registry.free("a")
+    staying = dict((m.key, p) for m, p in rooms.progress(room))["a"]
+    assert staying == kept and not member.left
+    clock.now += GONE_S
     gone = dict((m.key, p) for m, p in rooms.progress(room))["a"]
     assert gone.state == "left" and gone.step == kept.step and gone.curve == kept.curve and member.left
 
@@ -249,11 +253,13 @@ def test_progress_follows_a_learner_through_training():
 def test_a_learner_who_closes_their_tab_before_the_view_reads_them_keeps_their_results():
     ctx = make_ctx()
     train = TrainHandlers(ctx)
-    rooms = Rooms(ctx.registry, max_rooms=2, max_learners=10, idle_s=3600)
+    clock = Clock()
+    rooms = Rooms(ctx.registry, max_rooms=2, max_learners=10, idle_s=3600, clock=clock)
     room, _ = rooms.open("Class")
     rooms.join(room.code, "a")
     run_train(train, "a")
     ctx.registry.free("a")  # no class view read "a" since they joined
+    clock.now += GONE_S  # ... and their page stopped asking for the lesson
     ((member, gone),) = rooms.progress(room)
     assert gone.state == "left" and gone.step == FORM["steps"] and gone.curve[0][-1] == FORM["steps"]
     assert member.left and gone.loss is not None
@@ -333,3 +339,25 @@ def test_checked_code_takes_the_link_s_form_only():
     for bad in ("7KQ2-M9X", "7KQ2-M9XDD", "7KQ2_M9XD", "OOOOOOOO", "7KQ2\x00M9XD", "７KQ2M9XD", "-" * 100):
         with pytest.raises(gr.Error):
             checked_code(bad)
+
+
+def test_a_page_still_open_keeps_its_place_when_a_flood_drops_its_session():
+    """A learner who joined (a light session: no model yet) and whose session a flood of new sessions pushed out
+    keeps their place while their page asks for the lesson; one whose page stopped asking makes room."""
+    clock = Clock()
+    registry = SessionRegistry(10**9, 600, max_light_sessions=3)
+    rooms = Rooms(registry, max_rooms=2, max_learners=2, idle_s=3600, clock=clock)
+    room, _ = rooms.open("Class")
+    for key in ("open-page", "closed-page"):
+        registry.get(key)
+        rooms.join(room.code, key)
+    for i in range(10):  # the flood: every light session of ours is dropped
+        registry.get(f"flood-{i}")
+    assert registry.peek("open-page") is None and registry.peek("closed-page") is None
+    assert refused(rooms.join, room.code, "flood-9") == "This room is full (2 learners)."
+    clock.now += GONE_S - 1
+    assert rooms.membership("open-page") is not None  # its poll
+    clock.now += 1
+    rooms.join(room.code, "flood-9")  # the closed page made room; the open one did not
+    assert [m.key for m in room.present] == ["open-page", "flood-9"]
+    assert [p.state for _, p in rooms.progress(room)] == ["joined", "left", "joined"]

@@ -37,9 +37,10 @@ from playground.figures.room import class_chart_png, class_loss_figure, class_ma
 from playground.rooms import Lesson, Member, Progress, Room, finite, head_map, thinned
 from playground.sessions import Session
 
-COLUMNS = ("learner", "state", "step", "loss", "val loss", "answers right", "head formed at", "last progress")
+COLUMNS = ("learner", "state", "step", "loss", "val loss", "answers right", "head formed by step", "last progress")
 ROWS_PER_PAGE = 25
 MAPS_PER_PAGE = 24
+MAPS_PER_ROW = 4  # a phone's 390 px still gives each map ~80 px and its name room
 CHART_POINTS = 60  # of each learner's curve on the class chart: 150 learners stay a light update
 TICK_S = 1.0  # the class view's refresh: a learner's new point shows within about this
 MAPS_TICK_S = 5.0  # the gallery's: maps change slowly, and they are the heavy part
@@ -86,7 +87,8 @@ class RoomHandlers:
         learners' names).
 
         The table's columns: learner, state (joined, training, stopped, done, refused, error, left), step, loss,
-        val loss, answers right, head formed at (the step from which a head copies), last progress."""
+        val loss, answers right, head formed by step (the first snapshot from which a head copies: as close to
+        the moment as the snapshots are, fewer on a busy server), last progress."""
         room = self.rooms.teacher(code, key)
         page = validate.integer(page if page not in (None, "") else 1, "Page", 1, 10_000)
         everyone = self.rooms.progress(room)
@@ -116,7 +118,7 @@ class RoomHandlers:
         if not present:
             return note_figure("No learner on this page yet: share the room's link.")
         maps = [head_map(self.registry.peek(member.key), member.name, layer, head) for member in present]
-        return class_maps_figure([(m.name, m.weights, m.labels) for m in maps], layer, head)
+        return class_maps_figure([(m.name, m.weights, m.labels) for m in maps], layer, head, columns=MAPS_PER_ROW)
 
     def push_lesson(self, code: Any, key: Any, hide: Any, lock: Any, *values: Any) -> str:
         """Push the Train tab's setup (the fields a teacher's link sets) to every learner in the room, with the
@@ -287,7 +289,7 @@ def build(ctx: AppContext) -> RoomHandlers:
                                 allow_custom_value=False, elem_id="class-highlight")
         chart = gr.Plot(note_figure("No learner has trained yet."), label="Every learner's training loss",
                         elem_id="class-chart")
-        table = gr.Dataframe(headers=list(COLUMNS), interactive=False, wrap=True, elem_id="class-table")
+        table = gr.Dataframe(headers=list(COLUMNS), interactive=False, elem_id="class-table")  # a phone scrolls it sideways
         with gr.Row():
             page = gr.Number(1, precision=0, minimum=1, label=f"Table page ({ROWS_PER_PAGE} learners a page)",
                              scale=0, min_width=200, elem_id="class-page")
