@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import re
 from collections.abc import Iterable, Iterator
 
 import gradio as gr
@@ -114,3 +115,10 @@ def written(value: float) -> str:
 def _shown(value, limit: int = 40) -> str:
     shown = repr(value)
     return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
+def as_markdown(text: str) -> str:
+    """Untrusted text (a link's part, a room's name) shown as itself in Markdown: no markup, no HTML, no line
+    breaks."""
+    text = re.sub(r"[\x00-\x1f\x7f]", " ", text)
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)  # a backslash before each ASCII punctuation mark

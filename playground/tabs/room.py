@@ -188,7 +188,7 @@ class RoomHandlers:
         """
         room = self.rooms.teacher(code, key)
         self.rooms.close(room)
-        return f"Room {room.name} is closed. Its learners keep their models."
+        return f"Room {validate.as_markdown(room.name)} is closed. Its learners keep their models."
 
     def free(self, session: Session) -> None:
         shutil.rmtree(self.scratch / session.id, ignore_errors=True)
@@ -201,7 +201,7 @@ class RoomHandlers:
         formed = sum(progress.formed_at is not None for _, progress in present)
         lesson = f" · lesson {room.lesson.version}" if room.lesson is not None else ""
         paging = f" · table page {page} of {pages}" if pages > 1 else ""
-        return (f"### Room {_escaped(room.name)} · code `{room.code}`{lesson}\n"
+        return (f"### Room {validate.as_markdown(room.name)} · code `{room.code}`{lesson}\n"
                 f"**{len(present)}** joined · **{training}** training · **{done}** done · **{stuck}** stuck · "
                 f"**{formed}** with a copying head{paging}")
 
@@ -261,10 +261,6 @@ def _ago(seconds: float) -> str:
     return "just now" if seconds < 5 else f"{seconds:.0f} s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"
 
 
-def _escaped(text: str) -> str:
-    return "".join(f"\\{char}" if char in "\\`*_{}[]()#+-.!<>|~" else char for char in text)
-
-
 def build(ctx: AppContext) -> RoomHandlers:
     handlers = RoomHandlers(ctx)
     ctx.registry.on_free(handlers.free)
@@ -289,7 +285,8 @@ def build(ctx: AppContext) -> RoomHandlers:
                                 allow_custom_value=False, elem_id="class-highlight")
         chart = gr.Plot(note_figure("No learner has trained yet."), label="Every learner's training loss",
                         elem_id="class-chart")
-        table = gr.Dataframe(headers=list(COLUMNS), interactive=False, elem_id="class-table")  # a phone scrolls it sideways
+        # not wrapped: a phone scrolls it sideways (wrapped, its headers broke letter by letter)
+        table = gr.Dataframe(headers=list(COLUMNS), interactive=False, elem_id="class-table")
         with gr.Row():
             page = gr.Number(1, precision=0, minimum=1, label=f"Table page ({ROWS_PER_PAGE} learners a page)",
                              scale=0, min_width=200, elem_id="class-page")
@@ -324,7 +321,8 @@ def build(ctx: AppContext) -> RoomHandlers:
 
     cheap, quiet = ctx.cheap(), dict(**ctx.cheap(), api_visibility="private", show_progress="hidden")
     credentials = [code_box, key_box]
-    view_inputs, view_outputs = [*credentials, highlight, page, names], [counts, chart, table, names, highlight, compared]
+    view_inputs = [*credentials, highlight, page, names]
+    view_outputs = [counts, chart, table, names, highlight, compared]
 
     def shown(on: bool) -> tuple:
         return gr.update(visible=on), gr.Timer(active=on), gr.Timer(active=on)

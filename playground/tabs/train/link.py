@@ -182,7 +182,8 @@ def note(setup: Setup) -> str:
     if setup.view.lock:
         said.append(f"It locks {_titles(setup.view.lock)}, with the controls that would change it.")
     if setup.ignored:
-        said.append("\n\n⚠️ Ignored from the link: " + "; ".join(escaped(part) for part in setup.ignored) + ".")
+        ignored = "; ".join(validate.as_markdown(part) for part in setup.ignored)
+        said.append(f"\n\n⚠️ Ignored from the link: {ignored}.")
     return " ".join(said).strip()
 
 
@@ -197,12 +198,6 @@ def _cut(text: str) -> str:
 def _first_sentence(message: str) -> str:
     """A check's message without the advice after it (how to lift a cap belongs to a host)."""
     return re.match(r".*?(\.(?=\s)|$)", message, re.DOTALL).group(0)
-
-
-def escaped(text: str) -> str:
-    """Text from a link shown as itself in Markdown: no markup, no HTML, no line breaks."""
-    text = re.sub(r"[\x00-\x1f\x7f]", " ", text)
-    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)  # a backslash before each ASCII punctuation mark
 
 
 def keeping_locks(update: Callable[[Any], dict], field: str) -> Callable[[Any, View], dict]:
@@ -237,7 +232,8 @@ class FormSetter:
         updates = {}
         for name in LINKED:
             component = self.form[name]
-            lock = {"interactive": False} if component in locked else {"interactive": True} if component in unlocked else {}
+            lock = ({"interactive": False} if component in locked else
+                    {"interactive": True} if component in unlocked else {})
             updates[component] = gr.update(value=setup.values[name], **lock)
         updates.update({self.groups[group]: gr.update(visible=False) for group in setup.view.hide})
         updates.update({self.groups[group]: gr.update(visible=True) for group in before.hide

@@ -107,8 +107,8 @@ def _banner(room: Room, member: Member, pushed: bool = False) -> str:
     lesson = room.lesson
     said = "" if lesson is None else (
         f"\n\n**{'Your teacher set the lesson' if pushed else 'The lesson'}**: {lesson.said}")
-    return (f"**Room {link.escaped(room.name)}**: you are **{member.name}**. Your teacher sees your loss curve and "
-            f"attention maps, never your text.{said}")
+    return (f"**Room {validate.as_markdown(room.name)}**: you are **{member.name}**. Your teacher sees your loss "
+            f"curve and attention maps, never your text.{said}")
 
 
 def _titles(groups) -> str:
@@ -126,8 +126,9 @@ def lesson_form(rules: FormRules, form: dict[str, gr.Component]) -> LessonForm:
         earlier = before.values if before is not None else link.preset_values(rules, values["preset"])
         changes = [f"{labels[name]} **{link.as_text(values[name])}**" for name in link.LINKED
                    if name != "preset" and link.as_text(values[name]) != link.as_text(earlier.get(name))]
-        said = [f"preset **{link.escaped(str(values['preset']))}**"] + changes
-        view, before_view = {"locks": lock, "hides": hide}, {"locks": before.lock, "hides": before.hide} if before else {}
+        said = [f"preset **{validate.as_markdown(str(values['preset']))}**"] + changes
+        view = {"locks": lock, "hides": hide}
+        before_view = {"locks": before.lock, "hides": before.hide} if before else {}
         undo = {"locks": "unlocks", "hides": "shows again"}
         for verb, groups in view.items():
             if groups:
