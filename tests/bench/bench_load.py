@@ -110,6 +110,7 @@ GOALS = {
 # teacher's class view, its inputs as the page sends them from the room's code and teacher key (None for a State,
 # which the server keeps): the table's first page, layer 0's head 0 in the gallery; every how many seconds).
 ROOM_NAME = "Bench room"
+TICK_JOINERS = 16  # threads joining the queue for the pages' timers
 ROOM_TIMERS = {
     "poll_lesson": ("learner", lambda code, key: [None, None], ROOM_POLL_S),
     "class_view": ("teacher", lambda code, key: [code, key, None, 1], TICK_S),
@@ -390,21 +391,22 @@ class Ticks(threading.Thread):
         self.lock = threading.Lock()
 
     def run(self) -> None:
-        due = time.monotonic()
-        while not self.stop.wait(max(0.0, due - time.monotonic())):
-            for tab in self.tabs:  # spread over the period, as pages opened at different moments are
-                with self.lock:
-                    if tab.session_hash in self.pending:
-                        continue
-                    self.pending.add(tab.session_hash)
-                self.tick(tab)
-                if self.stop.wait(self.period / len(self.tabs) / 2):
-                    return
-            due = max(due + self.period, time.monotonic())
+        # Each page joins on its own, as browsers do: one thread joining for 150 pages, one after another, sent
+        # 10 polls a second where 150 pages send 75 (and 5.6 on a loaded host).
+        with ThreadPoolExecutor(TICK_JOINERS) as joins:
+            due = time.monotonic()
+            while not self.stop.wait(max(0.0, due - time.monotonic())):
+                for tab in self.tabs:  # spread over half the period, as pages opened at different moments are
+                    with self.lock:
+                        if tab.session_hash in self.pending:
+                            continue
+                        self.pending.add(tab.session_hash)
+                    joins.submit(self.tick, tab, time.monotonic())
+                    if self.stop.wait(self.period / len(self.tabs) / 2):
+                        return
+                due = max(due + self.period, time.monotonic())
 
-    def tick(self, tab: Tab) -> None:
-        started = time.monotonic()
-
+    def tick(self, tab: Tab, started: float) -> None:
         def answered(kind: str, line: str) -> None:
             if kind not in ("process_completed", "failed"):
                 return
