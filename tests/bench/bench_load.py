@@ -16,6 +16,14 @@ For each N, measured from outside through the API:
   tokens, /preset, /attention; and `RUNS`: a whole /baby_gpt_train), and the server's RSS (with its
   step workers', `core.workers`) is sampled every 0.5 s.
 
+With --room, the learners open the page, then join a room the teacher opened (/open_room, /join_room) before
+they press Train, and each page polls for the room's lesson as its timer does (the private `poll_lesson`, every
+ROOM_POLL_S, on the learner's own event stream); with --view, the teacher's class view is open too from the press
+to the round's end, its timers calling /class_view every TICK_S (the handler the page's timer runs) and
+/class_maps every MAPS_TICK_S (issue 39).
+Each timer's calls are timed from the tick to the answer (a tick whose last call has not answered is skipped,
+as a gr.Timer's is). `ROOM_TIMERS` declares them.
+
 With --holding N, a second kind of round: N sessions train a short model one after another (as a
 room fills over a morning) and keep it; the server's budget for models is set to --budget-mb, so
 most of them are set aside to the store. Then every session generates once (bringing its model
@@ -27,8 +35,8 @@ loss chart (p50, p95, max); the last training's end after the press; each run's 
 errors (with the first message); final statuses that are not "Done: ..."; the server's idle RSS,
 its peak and its RSS 5 s after the last training; the CPU seconds the server's process and its step
 workers used from the press to the round's end (less sensitive than the times to what else runs on the
-machine, which takes its cores). Last, whether the issue's goals hold at the
-largest N. Percentiles are nearest-rank (see `percentile`). A learner that never got a chart
+machine, which takes its cores); in a room, each timer's latency (p50, p95, max, count). Last, whether the
+issue's goals hold at the largest N (with --view, issue 39's for the class view too). Percentiles are nearest-rank (see `percentile`). A learner that never got a chart
 point counts as never (infinitely late; null in JSON). Figures depend on the machine and on
 whatever else runs on it.
 """
@@ -48,7 +56,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -61,6 +69,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from tests.support.app import free_port  # noqa: E402
 from host import cpu_seconds, describe_host  # noqa: E402  (this script's folder is on sys.path)
+from playground.tabs.room import MAPS_TICK_S, TICK_S  # noqa: E402
+from playground.tabs.train.room import ROOM_POLL_S  # noqa: E402
 
 # Tiny Shakespeare from ../shared/data as in the tests, unless the caller says otherwise.
 os.environ.setdefault("PLAYGROUND_DATA_DIR", str(REPO.parent / "shared" / "data"))
@@ -96,6 +106,19 @@ GOALS = {
              ("nobody refused, no errors", "errors", operator.eq, 0)]),
     ],
 }
+# A room (--room, --view): its name, and the timers its pages run, by event: (whose page: each learner's, or the
+# teacher's class view, its inputs as the page sends them from the room's code and teacher key (None for a State,
+# which the server keeps): the table's first page, layer 0's head 0 in the gallery; every how many seconds).
+ROOM_NAME = "Bench room"
+TICK_JOINERS = 16  # threads joining the queue for the pages' timers
+ROOM_TIMERS = {
+    "poll_lesson": ("learner", lambda code, key: [None, None], ROOM_POLL_S),
+    "class_view": ("teacher", lambda code, key: [code, key, None, 1], TICK_S),
+    "class_maps": ("teacher", lambda code, key: [code, key, 0, 0, 1], MAPS_TICK_S),
+}
+# The issue's goal for the class view (issue 39), checked when it was open: (what, result key, comparison, limit).
+VIEW_GOALS = [(f"/{event} p95 <= 1 s", f"{event}_p95_s", operator.le, 1.0)
+              for event, (whose, _, _) in ROOM_TIMERS.items() if whose == "teacher"]
 # The server's defaults admit 200 trainings and queue 100 more events: a bigger room's server is told to
 # admit it all (as the README says a host of such a room does), plus the teacher and some headroom.
 ROOM_DEFAULT = 200
@@ -181,8 +204,8 @@ class RssSampler(threading.Thread):
 
 
 class Browser:
-    """Raw HTTP to the app as a browser tab speaks it: join the queue by event index, read the
-    session's event stream. `index` maps API names (private ones too) to event indexes."""
+    """Raw HTTP to the app as a browser speaks it: join the queue by event index, read a session's event
+    stream. `index` maps API names (private ones too) to event indexes."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -193,74 +216,213 @@ class Browser:
         config = self.http.get(f"{url}config", timeout=30).json()
         self.index = {d["api_name"]: d["id"] for d in config["dependencies"] if d.get("api_name")}
 
-    def join(self, api_name: str, data: list, session_hash: str) -> None:
+    def join(self, api_name: str, data: list, session_hash: str) -> str:
+        """Join the queue with an event; returns its id."""
         body = {"data": data, "fn_index": self.index[api_name], "session_hash": session_hash,
                 "event_data": None, "trigger_id": None}
-        self.http.post(f"{self.url}gradio_api/queue/join", json=body, timeout=60).raise_for_status()
+        answer = self.http.post(f"{self.url}gradio_api/queue/join", json=body, timeout=60)
+        answer.raise_for_status()
+        return answer.json()["event_id"]
 
-    def messages(self, session_hash: str, timeout: float) -> Iterator[tuple[str, str]]:
-        """(message kind, raw JSON line) of the session's stream, until its event completes. The kind is
-        read without parsing the line: parsing every update of sixty streams is the client's cost."""
+    def messages(self, session_hash: str, timeout: float) -> Iterator[tuple[str, str, str]]:
+        """(message kind, event id, raw JSON line) of the session's stream, until the server closes it (when no
+        event of the session is pending). Kind and id are read without parsing the line: parsing every update
+        of sixty streams is the client's cost."""
         query = urllib.parse.urlencode({"session_hash": session_hash})
         with self.http.stream("GET", f"{self.url}gradio_api/queue/data?{query}", timeout=timeout) as stream:
             for line in stream.iter_lines():
                 if line.startswith("data:"):
-                    kind = line[:60].partition('"msg":')[2].partition(",")[0].strip(' "}')
-                    yield kind, line[5:]
-                    if kind in ("process_completed", "close_stream"):
+                    head = line[:120]
+                    kind = head.partition('"msg":')[2].partition(",")[0].strip(' "}')
+                    event_id = head.partition('"event_id":')[2].partition(",")[0].strip(' "}')
+                    if kind == "close_stream":
                         return
+                    yield kind, event_id, line[5:]
 
-    def call(self, api_name: str, data: list, session_hash: str, timeout: float = 120) -> dict:
+
+Handler = Callable[[str, str], None]  # an event's messages as they come: (kind, raw JSON line)
+
+
+class Tab(threading.Thread):
+    """One browser tab's session: its events join the queue, and every event of the session comes down one
+    event stream, as Gradio's page has it: the server closes the stream when no event is pending, and the tab
+    opens it again at its next event. The thread reads the stream and hands each message to its event's handler
+    (a "failed" message, its line the error, if the stream drops)."""
+
+    def __init__(self, browser: Browser, timeout: float) -> None:
+        super().__init__(daemon=True)
+        self.browser, self.timeout = browser, timeout
+        self.session_hash = secrets.token_hex(8)
+        self.handlers: dict[str, Handler] = {}  # of the events joined and not completed, by id
+        self.early: dict[str, list[tuple[str, str]]] = {}  # messages that came before their join's answer
+        self.changed = threading.Condition()
+        self.closed = False
+        self.start()
+
+    def submit(self, api_name: str, data: list, handler: Handler) -> None:
+        event_id = self.browser.join(api_name, data, self.session_hash)
+        with self.changed:  # held while the early messages are handed over, so that they come first
+            early = self.early.pop(event_id, [])
+            for kind, line in early:
+                handler(kind, line)
+            if not any(kind == "process_completed" for kind, _ in early):
+                self.handlers[event_id] = handler
+                self.changed.notify()
+
+    def call(self, api_name: str, data: list, timeout: float = 120) -> dict:
         """One event's last message: {"success", "output"}."""
-        self.join(api_name, data, session_hash)
-        for kind, line in self.messages(session_hash, timeout):
+        answer: dict = {}
+        completed = threading.Event()
+
+        def keep(kind: str, line: str) -> None:
             if kind == "process_completed":
-                return json.loads(line)
-        raise RuntimeError(f"/{api_name} ended without an answer")
+                answer.update(json.loads(line))
+            elif kind == "failed":
+                answer.update(success=False, output={"error": line})
+            else:
+                return
+            completed.set()
+
+        self.submit(api_name, data, keep)
+        if not completed.wait(timeout):
+            raise RuntimeError(f"/{api_name} gave no answer within {timeout:.0f} s")
+        return answer
+
+    def close(self) -> None:
+        """End the thread once no event is pending."""
+        with self.changed:
+            self.closed = True
+            self.changed.notify()
+
+    def run(self) -> None:
+        while True:
+            with self.changed:
+                self.changed.wait_for(lambda: self.handlers or self.closed)
+                if not self.handlers:
+                    return
+            try:
+                for kind, event_id, line in self.browser.messages(self.session_hash, self.timeout):
+                    self.hand(kind, event_id, line)
+            except Exception as error:  # a dropped stream fails the events it carried, not the benchmark
+                with self.changed:
+                    failed, self.handlers = list(self.handlers.values()), {}
+                for handler in failed:
+                    handler("failed", f"{type(error).__name__}: {error}")
+
+    def hand(self, kind: str, event_id: str, line: str) -> None:
+        with self.changed:
+            handler = self.handlers.get(event_id)
+            if handler is None:
+                self.early.setdefault(event_id, []).append((kind, line))
+                return
+            if kind == "process_completed":
+                del self.handlers[event_id]
+        handler(kind, line)
 
 
-class Learner(threading.Thread):
+class Learner:
     """One learner's tab: `open_page` as the page's load does (Gradio makes the session's state, the app
     gives the tab its token for the state store, so its runs are kept there as a browser's are), then
-    `start` presses Train with the form's `defaults`. Times are seconds after its own press."""
+    `press` presses Train with the form's `defaults`; `finished` is set at the training's end. Times are
+    seconds after its own press."""
 
     def __init__(self, browser: Browser, defaults: list, timeout: float) -> None:
-        super().__init__(daemon=True)
-        self.browser, self.defaults, self.timeout = browser, defaults, timeout
-        self.session_hash = secrets.token_hex(8)
+        self.tab, self.defaults = Tab(browser, timeout), defaults
+        self.pressed = 0.0
+        self.outputs: list | None = None  # the streamed outputs, diffs applied, until the first chart point
         self.first_update: float | None = None
         self.first_point: float | None = None
         self.done: float | None = None
         self.error: str | None = None
         self.status: str | None = None
+        self.finished = threading.Event()
 
     def open_page(self) -> None:
-        answer = self.browser.call("come_back", [None, None], self.session_hash)
+        answer = self.tab.call("come_back", [None, None])
         if not answer.get("success"):
             raise RuntimeError(f"the page did not open: {answer}")
 
-    def run(self) -> None:
-        pressed = time.monotonic()
+    def join_room(self, code: str) -> None:
+        """Join the room as its link does, with an anonymous name."""
+        answer = self.tab.call("join_room", [code, ""])
+        if not answer.get("success"):
+            raise RuntimeError(f"the learner could not join the room: {answer}")
+
+    def press(self) -> None:
+        self.pressed = time.monotonic()
         try:
-            self.browser.join("train", self.defaults, self.session_hash)
-            outputs = None  # the streamed outputs, diffs applied, until the first chart point
-            for kind, line in self.browser.messages(self.session_hash, self.timeout):
-                now = time.monotonic() - pressed
-                if kind == "process_generating":
-                    self.first_update = self.first_update if self.first_update is not None else now
-                    if self.first_point is None:
-                        data = json.loads(line)["output"]["data"]
-                        outputs = data if outputs is None else [apply_diff(o, d) for o, d in zip(outputs, data)]
-                        if loss_points(outputs[2]):
-                            self.first_point = now
-                elif kind == "process_completed":
-                    self.done, message = now, json.loads(line)
-                    if message.get("success"):
-                        self.status = str(message["output"]["data"][0])
-                    else:
-                        self.error = str((message.get("output") or {}).get("error"))
-        except Exception as error:  # a dropped stream is an error of this run, not of the benchmark
+            self.tab.submit("train", self.defaults, self.follow)
+        except Exception as error:  # a refused join is an error of this run, not of the benchmark
             self.error = f"{type(error).__name__}: {error}"
+            self.finished.set()
+
+    def follow(self, kind: str, line: str) -> None:
+        now = time.monotonic() - self.pressed
+        if kind == "process_generating":
+            self.first_update = self.first_update if self.first_update is not None else now
+            if self.first_point is None:
+                data = json.loads(line)["output"]["data"]
+                self.outputs = data if self.outputs is None else [apply_diff(o, d) for o, d in zip(self.outputs, data)]
+                if loss_points(self.outputs[2]):
+                    self.first_point, self.outputs = now, None
+        elif kind == "process_completed":
+            self.done, message = now, json.loads(line)
+            if message.get("success"):
+                self.status = str(message["output"]["data"][0])
+            else:
+                self.error = str((message.get("output") or {}).get("error"))
+            self.finished.set()
+        elif kind == "failed":
+            self.error = line
+            self.finished.set()
+
+
+class Ticks(threading.Thread):
+    """A page's gr.Timer in each of `tabs`: every `period` s each tab calls `api_name` with `data`, unless its
+    last call is still pending (a tick's trigger mode is "once"), until `stop`. Keeps each call's latency,
+    from the tick to its answer, and the errors."""
+
+    def __init__(self, tabs: list[Tab], api_name: str, data: list, period: float, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.tabs, self.api_name, self.data, self.period, self.stop = tabs, api_name, data, period, stop
+        self.pending: set[str] = set()  # the tabs' session hashes whose call has not answered
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        # Each page joins on its own, as browsers do: one thread joining for 150 pages, one after another, sent
+        # 10 polls a second where 150 pages send 75 (and 5.6 on a loaded host).
+        with ThreadPoolExecutor(TICK_JOINERS) as joins:
+            due = time.monotonic()
+            while not self.stop.wait(max(0.0, due - time.monotonic())):
+                for tab in self.tabs:  # spread over half the period, as pages opened at different moments are
+                    with self.lock:
+                        if tab.session_hash in self.pending:
+                            continue
+                        self.pending.add(tab.session_hash)
+                    joins.submit(self.tick, tab, time.monotonic())
+                    if self.stop.wait(self.period / len(self.tabs) / 2):
+                        return
+                due = max(due + self.period, time.monotonic())
+
+    def tick(self, tab: Tab, started: float) -> None:
+        def answered(kind: str, line: str) -> None:
+            if kind not in ("process_completed", "failed"):
+                return
+            with self.lock:
+                self.pending.discard(tab.session_hash)
+                if kind == "process_completed" and json.loads(line).get("success"):
+                    self.latencies.append(time.monotonic() - started)
+                else:
+                    self.errors.append(f"/{self.api_name}: {line[:300]}")
+
+        try:
+            tab.submit(self.api_name, self.data, answered)
+        except Exception as error:
+            with self.lock:
+                self.pending.discard(tab.session_hash)
+                self.errors.append(f"/{self.api_name}: {type(error).__name__}: {error}")
 
 
 def probe(client: Client, stop: threading.Event, deadline: float, latencies: dict[str, list[float]],
@@ -291,48 +453,67 @@ def room_settings(n: int) -> dict:
     return {} if n < ROOM_DEFAULT else dict(max_trainings=n + 50, max_queue_size=n + 50)
 
 
-def measure(n: int, timeout: float) -> dict:
-    """Start a server, press Train in n sessions at once, and return what was measured."""
+def measure(n: int, timeout: float, room: bool = False, view: bool = False) -> dict:
+    """Start a server, press Train in n sessions at once, and return what was measured. With `room`, the learners
+    join a room the teacher opened before they press Train, and their pages poll for its lessons; with `view`, the
+    teacher's class view is open too, from the press to the round's end."""
     port = free_port()
     server = start_server(port, **room_settings(n))
     url = f"http://127.0.0.1:{port}/"
     sampler = RssSampler(server.pid)
     sampler.start()
-    stop_probe = threading.Event()
+    stop_probe, stop_timers = threading.Event(), threading.Event()
     prober = Client(url, verbose=False)
+    runs: list[Learner] = []
+    teacher: Tab | None = None
     try:
         browser, defaults = Browser(url), endpoint_data(prober, "/train")
         prober.predict(steps=PROBER_STEPS, api_name="/train")
         runs = [Learner(browser, defaults, timeout) for _ in range(n)]
         with ThreadPoolExecutor(4) as pool:  # the room opens the page before anyone presses Train
             list(pool.map(Learner.open_page, runs))
+        timers: list[Ticks] = []
+        if room:
+            teacher = Tab(browser, timeout)
+            code, key, _link = teacher.call("open_room", [ROOM_NAME, "", url])["output"]["data"]
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(lambda run: run.join_room(code), runs))
+            tabs = {"learner": [run.tab for run in runs], "teacher": [teacher] if view else []}
+            timers = [Ticks(tabs[whose], event, inputs(code, key), period, stop_timers)
+                      for event, (whose, inputs, period) in ROOM_TIMERS.items() if tabs[whose]]
         rss_idle = rss_mb(server.pid)
         load = os.getloadavg()[0]
 
         cpu_before = tree_cpu_seconds(server.pid)
         started = time.monotonic()
         deadline = started + timeout
+        for timer in timers:  # the pages' timers, from the press to the round's end
+            timer.start()
         for run in runs:
-            run.start()
+            run.press()
         latencies: dict[str, list[float]] = {kind: [] for kind in {**LIGHT, **RUNS}}
         light_errors: list[str] = []
         prober_thread = threading.Thread(target=probe, args=(prober, stop_probe, deadline, latencies, light_errors),
                                          daemon=True)
         prober_thread.start()
         for run in runs:
-            run.join(max(0.0, deadline - time.monotonic()))
+            run.finished.wait(max(0.0, deadline - time.monotonic()))
         ended = time.monotonic()
         cpu = [after - before for after, before in zip(tree_cpu_seconds(server.pid), cpu_before)]
         stop_probe.set()
+        stop_timers.set()
         prober_thread.join(timeout=max(1.0, deadline - time.monotonic()))
         time.sleep(SETTLE_S)
         rss_after = rss_mb(server.pid)
         sampler.stopped.set()
         return summarize(n, runs, latencies, light_errors, ended - started, rss_idle,
-                         max(sampler.samples + [rss_after]), rss_after, load, cpu)
+                         max(sampler.samples + [rss_after]), rss_after, load, cpu, timers)
     finally:
         stop_probe.set()
+        stop_timers.set()
         sampler.stopped.set()
+        for tab in [run.tab for run in runs] + ([teacher] if teacher else []):
+            tab.close()
         prober.close()
         stop_server(server)
 
@@ -367,7 +548,7 @@ def hold(n: int, budget_mb: int | None) -> dict:
             for learner in learners:
                 if kind == "train":
                     learner.open_page()
-                answer = browser.call(kind, data, learner.session_hash)
+                answer = learner.tab.call(kind, data)
                 answers[kind].append("" if answer.get("success") else str((answer.get("output") or {}).get("error")))
         elapsed = time.monotonic() - started
         sampler.stopped.set()
@@ -394,15 +575,20 @@ def report_hold(r: dict) -> str:
 
 
 def summarize(n: int, runs: list[Learner], latencies: dict[str, list[float]], light_errors: list[str], elapsed: float,
-              rss_idle: float, rss_peak: float, rss_after: float, load: float, cpu: list[float]) -> dict:
+              rss_idle: float, rss_peak: float, rss_after: float, load: float, cpu: list[float],
+              timers: list[Ticks]) -> dict:
     first_points = [math.inf if run.first_point is None else run.first_point for run in runs]
     durations = [run.done - run.first_update for run in runs if run.done is not None and run.first_update is not None]
     unfinished = sum(run.done is None for run in runs)
-    errors = [f"training: {run.error}" for run in runs if run.error] + light_errors
+    errors = [f"training: {run.error}" for run in runs if run.error] + light_errors + [
+        error for timer in timers for error in timer.errors]
     not_done = [run.status for run in runs if run.status is not None and not run.status.startswith("Done")]
     everything = [value for kind in LIGHT for value in latencies[kind]]
     light = {kind: dict(n=len(values), p50_s=percentile(values, 50), p95_s=percentile(values, 95))
              for kind, values in {**latencies, "all": everything}.items()}
+    ticks = {timer.api_name: dict(n=len(timer.latencies), p50_s=percentile(timer.latencies, 50),
+                                  p95_s=percentile(timer.latencies, 95), max_s=max(timer.latencies, default=None))
+             for timer in timers}
     return dict(
         clients=n, load_average=round(load, 2),
         first_point_p50_s=percentile(first_points, 50), first_point_p95_s=percentile(first_points, 95),
@@ -413,6 +599,7 @@ def summarize(n: int, runs: list[Learner], latencies: dict[str, list[float]], li
         not_done=len(not_done), first_not_done=not_done[0] if not_done else None,
         rss_idle_mb=round(rss_idle), rss_peak_mb=round(rss_peak), rss_after_mb=round(rss_after),
         server_cpu_s=round(cpu[0], 1), workers_cpu_s=round(cpu[1], 1),
+        ticks=ticks, **{f"{event}_p95_s": tick["p95_s"] for event, tick in ticks.items()},
     )
 
 
@@ -435,6 +622,9 @@ def report(r: dict) -> str:
         f"max {seconds(r['first_point_max_s'])}{never}",
         f"  all done: {done}; each run's own duration p50 {seconds(r['run_duration_p50_s'])}",
         f"  light events: {light}",
+        *(["  room's timers (from the press to the round's end): " + "; ".join(
+            f"/{event} p50 {seconds(v['p50_s'])}, p95 {seconds(v['p95_s'])}, max {seconds(v['max_s'])} (n={v['n']})"
+            for event, v in r["ticks"].items())] if r["ticks"] else []),
         f"  errors: {r['errors']}" + (f" (first: {r['first_error'][:300]})" if r["first_error"] else ""),
         f"  statuses not \"Done\": {r['not_done']}{first_not_done}",
         f"  RSS: idle {r['rss_idle_mb']} MB, peak {r['rss_peak_mb']} MB, {SETTLE_S:.0f} s after the round's end "
@@ -456,6 +646,7 @@ def for_json(value):
 def check_goals(r: dict, where: str) -> str:
     lines = [f"Goals at N = {r['clients']}, training on the {where.upper()}:"]
     goals = next(goals for smallest, goals in GOALS[where] if r["clients"] >= smallest)
+    goals = goals + [goal for goal in VIEW_GOALS if goal[1] in r]
     for what, key, holds, limit in goals:
         value = r[key]
         met = value is not None and holds(value, limit)
@@ -470,6 +661,10 @@ def main() -> None:
                         help="learners per round (none: only --holding rounds)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds after the press before a round ends")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per round")
+    parser.add_argument("--room", action="store_true",
+                        help="the learners join a room the teacher opened before they press Train (issue 39)")
+    parser.add_argument("--view", action="store_true",
+                        help="and the teacher's class view is open for the whole round (implies --room)")
     parser.add_argument("--holding", type=int, nargs="*", default=[], metavar="N",
                         help="then a round of N sessions holding models (see above)")
     parser.add_argument("--budget-mb", type=int, help="the server's memory for models in the --holding rounds")
@@ -483,7 +678,7 @@ def main() -> None:
         if room_settings(n):
             print(f"N = {n}: the server is started with " + ", ".join(
                 f"PLAYGROUND_{name.upper()}={value}" for name, value in room_settings(n).items()), flush=True)
-        result = measure(n, args.timeout)
+        result = measure(n, args.timeout, room=args.room or args.view, view=args.view)
         results.append(result)
         print(report(result), flush=True)
         if args.json:
