@@ -106,6 +106,7 @@ class Member:
     moved: float = 0.0  # when `last.step` last changed (or the join): what "stuck" measures
     seen: float = 0.0  # when their page last asked for the lesson (or the join): what "gone" measures
     left: bool = False
+    read_from: tuple | None = None  # what `last` was read from (`reading`): read again only when it changes
 
 
 @dataclass
@@ -150,6 +151,17 @@ def checked_code(value: Any) -> str:
     if len(code) != CODE_CHARS or any(char not in CODE_ALPHABET for char in code):
         raise gr.Error("A room code is 8 letters and digits (no 0, 1, I, L or O).")
     return code
+
+
+def reading(session: Session) -> tuple:
+    """What a learner's progress is read from, in a few numbers that change whenever anything it shows does: the
+    model and run, its history rows and snapshots so far, whether it trains, and its last problem. The class view
+    reads it every second for each learner; most learners have not moved since the last read."""
+    trained = session.trained
+    movie = None if trained is None else trained.movie
+    frames = () if movie is None else movie.frames
+    return (id(trained), None if trained is None else (trained.run, trained.source, len(trained.history)),
+            len(frames), frames[-1].step if frames else None, session.job_name, session.train_problem)
 
 
 def progress_of(session: Session | None, member: Member, curve_points: int = EXPORT_POINTS) -> Progress:
@@ -207,7 +219,7 @@ def head_map(session: Session | None, name: str, layer: int, head: int) -> HeadM
         return HeadMap(name, None, None)
     built_in = (session.kept_form or {}).get("corpus") in CORPORA
     labels = token_labels(trained.tokenizer, movie.probe_ids) if built_in else None
-    return HeadMap(name, [[round(float(w), 3) for w in row] for row in maps[layer, head].tolist()], labels)
+    return HeadMap(name, maps[layer, head].float().tolist(), labels)  # the figure rounds them
 
 
 class Rooms:
@@ -285,8 +297,11 @@ class Rooms:
             session = None if member.left else self.registry.peek(member.key)
             if session is None and not member.left and now - member.seen < GONE_S:
                 progress = member.last  # a page still open whose session went (it held no model): as it was
+            elif session is not None and member.read_from == (source := reading(session)):
+                progress = member.last  # nothing it shows has changed since the last read
             else:
                 progress = progress_of(session, member)
+                member.read_from = None if session is None else source
             if progress.state == "left" and not member.left:
                 with self._lock:
                     self._leave_locked(member.key)

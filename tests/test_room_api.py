@@ -31,7 +31,7 @@ def test_a_room_over_the_api_from_open_to_close():
         banners = [learner.predict(code, name, api_name="/join_room")
                    for learner, name in zip(learners, ("Ada", "Zoë", ""))]
         anonymous = [member.name for member in demo.rooms._rooms[code].present][2]
-        assert "Room **Tuesday\\'s workshop**" in banners[0] and "**Ada**" in banners[0] and "Zoë" not in banners[0]
+        assert "**Room Tuesday\\'s workshop**" in banners[0] and "**Ada**" in banners[0] and "Zoë" not in banners[0]
         assert f"**{anonymous}**" in banners[2]
         for learner in learners:
             learner.predict(**FORM, api_name="/train")

@@ -112,7 +112,7 @@ GOALS = {
 ROOM_NAME = "Bench room"
 TICK_JOINERS = 16  # threads joining the queue for the pages' timers
 ROOM_TIMERS = {
-    "poll_lesson": ("learner", lambda code, key: [None, None], ROOM_POLL_S),
+    "poll_lesson": ("learner", lambda code, key: [None], ROOM_POLL_S),
     "class_view": ("teacher", lambda code, key: [code, key, None, 1], TICK_S),
     "class_maps": ("teacher", lambda code, key: [code, key, 0, 0, 1], MAPS_TICK_S),
 }

@@ -27,6 +27,7 @@ from playground.tabs.train import link
 from playground.tabs.train.form import FormRules
 
 ROOM_POLL_S = 2.0  # how often a joined page asks for a new lesson: a push reaches everyone within about this
+ENDED = -1  # what the poll finds once the room has ended or the learner left
 NOT_IN_A_ROOM = "You are not in a room."
 
 
@@ -60,17 +61,25 @@ class LearnerRoom:
         room, member = self.rooms.join(code, self.ctx.registry.get(request).key, name)
         return _banner(room, member)
 
-    def poll_lesson(self, seen: Any, view: link.View, request: gr.Request) -> dict:
-        """The room's lesson if it is newer than the one this page applied (`seen`); the page stops asking once
-        the room has ended or the learner left."""
+    def poll_lesson(self, seen: Any, request: gr.Request) -> Any:
+        """The version of the room's lesson when it is newer than the one this page applied (`seen`), ENDED once
+        the room has ended or the learner left, else nothing: one output, so that an idle poll (nearly all of
+        them) costs the server a lookup, not the ~40 components the lesson sets (`take_lesson` sets those)."""
         joined = self.rooms.membership(session_key(request))
+        if joined is None:
+            return ENDED
+        room, _member = joined
+        seen = seen if isinstance(seen, int) and not isinstance(seen, bool) else 0
+        return room.lesson.version if room.lesson is not None and room.lesson.version > seen else gr.skip()
+
+    def take_lesson(self, pending: Any, view: Any, request: gr.Request) -> dict:
+        """The form set by the room's newest lesson, which the poll found (`pending`); once the room has ended or
+        the learner left, the banner hidden and the poll stopped."""
+        joined = None if pending == ENDED else self.rooms.membership(session_key(request))
         if joined is None:
             return {self.poll: gr.Timer(active=False), self.row: gr.update(visible=False)}
         room, member = joined
-        seen = seen if isinstance(seen, int) and not isinstance(seen, bool) else 0
-        if room.lesson is None or room.lesson.version <= seen:
-            return {self.banner: gr.skip()}
-        return self._lesson(room, member, seen, view)
+        return self._lesson(room, member, 0, view) or {self.banner: gr.skip()}
 
     def rename(self, name: Any, request: gr.Request) -> str:
         """Your name in your room (letters, digits, spaces and . ' -; at most 24 characters).
@@ -151,7 +160,8 @@ class Banner:
     rename: gr.Button
     leave: gr.Button
     poll: gr.Timer
-    seen: gr.State
+    seen: gr.State  # the version of the lesson the page applied
+    pending: gr.State  # ... and of the one the poll found
 
 
 def banner() -> Banner:
@@ -163,7 +173,7 @@ def banner() -> Banner:
                                   elem_id="room-name")
             rename = gr.Button("Rename", size="sm", scale=1, min_width=80, elem_id="room-rename")
             leave = gr.Button("Leave the room", size="sm", scale=1, min_width=110, elem_id="room-leave")
-    return Banner(row, text, name_box, rename, leave, gr.Timer(ROOM_POLL_S, active=False), gr.State(0))
+    return Banner(row, text, name_box, rename, leave, gr.Timer(ROOM_POLL_S, active=False), gr.State(0), gr.State(0))
 
 
 def wire(ctx: AppContext, shown: Banner, setter: link.FormSetter, rules: FormRules, after: Any) -> LearnerRoom:
@@ -173,7 +183,8 @@ def wire(ctx: AppContext, shown: Banner, setter: link.FormSetter, rules: FormRul
                           seen=shown.seen)
     quiet = dict(**ctx.cheap(), api_visibility="private", show_progress="hidden")
     after.then(learner.join_from_link, setter.view, learner.outputs, **quiet)
-    shown.poll.tick(learner.poll_lesson, [shown.seen, setter.view], learner.outputs, **quiet)
+    shown.poll.tick(learner.poll_lesson, shown.seen, shown.pending, **quiet)
+    shown.pending.change(learner.take_lesson, [shown.pending, setter.view], learner.outputs, **quiet)
     shown.rename.click(learner.rename, shown.name_box, shown.text, api_name="room_name", **ctx.cheap())
     shown.leave.click(learner.leave, None, [shown.row, shown.poll], api_name="leave_room", **ctx.cheap())
     gr.api(learner.join_room, api_name="join_room", **ctx.cheap())
