@@ -7,16 +7,14 @@ formed. Screenshots go to tests/screenshots/ (git-ignored) for a person to look 
 
 import re
 import statistics
-import sys
 import time
 
 import pytest
 
-from support.app import REPO, serve, wait_until
+from bench.host import describe_host  # the benchmarks' one line on the host's speed
+from support.app import serve, wait_until
 from support.browser import assert_no_errors, new_page, open_tab, set_number, shot
 
-sys.path.insert(0, str(REPO / "tests" / "bench"))
-from host import describe_host  # noqa: E402  (the benchmarks' one line on the host's speed)
 
 pytestmark = pytest.mark.browser
 LEARNERS = 10
