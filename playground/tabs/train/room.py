@@ -107,7 +107,8 @@ class LearnerRoom:
             return {}
         setup = link.Setup(lesson.values, (), link.View(lesson.hide, lesson.lock), ())
         before = view if isinstance(view, link.View) else link.View()
-        return {**self.setter.updates(setup, before), self.seen: lesson.version,
+        # the banner says what the lesson set: no note of "this page's link" beside it
+        return {**self.setter.updates(setup, before, note_text=""), self.seen: lesson.version,
                 self.banner: _banner(room, member, pushed=True)}
 
 
