@@ -4,8 +4,8 @@ form as a teacher's link does (`link.FormSetter`), a training going on as it was
 
     http://host:7860/?room=7KQ2-M9XD      # joins the room as "Swift Otter" (a name of their own later)
 
-A joined page asks every ROOM_POLL_S whether a new lesson came (one cheap call; nothing when none did), so a
-push reaches every learner within a few seconds without a connection held open per learner. The Train tab also
+A joined page asks every ROOM_POLL_S whether a new lesson came (one call with one output; nothing when none did),
+so a push reaches every learner within about ten seconds without a connection held open per learner. The Train tab also
 gives the Room tab the form as a lesson (`lesson_form`: `AppContext.lesson`), checked by the form's own rules.
 
 Public events: /join_room (code, name), /room_name, /leave_room (and the UI-only poll and the join on load).
@@ -26,7 +26,10 @@ from playground.sessions import session_key
 from playground.tabs.train import link
 from playground.tabs.train.form import FormRules
 
-ROOM_POLL_S = 2.0  # how often a joined page asks for a new lesson: a push reaches everyone within about this
+# How often a joined page asks for a new lesson: a push reaches everyone within about this. Each ask is a Gradio
+# event of ~40 ms of the server's one Python thread on this 2-core host: 150 pages asking every 2 s saturated it
+# (tests/bench/README.md, issue 39), every 10 s they take about a sixth of it.
+ROOM_POLL_S = 10.0
 ENDED = -1  # what the poll finds once the room has ended or the learner left
 NOT_IN_A_ROOM = "You are not in a room."
 
