@@ -59,7 +59,7 @@ STUCK_S = 60.0  # a learner whose step has not moved for this long (and is not d
 # A member without a session whose page has not asked for the lesson for this long (a page asks every few
 # seconds) has closed it: they count as left, and a full room makes room of them. A page still open keeps its
 # place even when its session (holding no model yet) was dropped, so a flood of sessions cannot push it out.
-GONE_S = 30.0
+GONE_S = 60.0  # six of a page's asks (`playground.tabs.train.room.ROOM_POLL_S`), however late a busy server answers
 EXPORT_POINTS = 500  # of each learner's training curve kept and exported
 STATES = ("joined", "training", "stopped", "done", "refused", "error", "left")
 ADJECTIVES = ("Amber", "Azure", "Brave", "Calm", "Clever", "Coral", "Crimson", "Eager", "Gentle", "Golden",
