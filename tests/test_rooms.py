@@ -196,12 +196,18 @@ def test_sweep_ends_idle_rooms_and_their_members_membership():
 # ---------------------------------------------------------------- progress, as the class view reads it
 
 
-def test_progress_follows_a_learner_through_training():
+def training_class():
+    """(the app's context, the Train tab's handlers, the rooms' clock, the rooms, an open room) for learners
+    who really train."""
     ctx = make_ctx()
-    train = TrainHandlers(ctx)
     clock = Clock()
     rooms = Rooms(ctx.registry, max_rooms=2, max_learners=10, idle_s=3600, clock=clock)
     room, _ = rooms.open("Class")
+    return ctx, TrainHandlers(ctx), clock, rooms, room
+
+
+def test_progress_follows_a_learner_through_training():
+    ctx, train, clock, rooms, room = training_class()
     _, member = rooms.join(room.code, "a")
     ctx.registry.get("a")
     assert progress_of(ctx.registry.peek("a"), member).state == "joined"
@@ -251,11 +257,7 @@ def test_progress_follows_a_learner_through_training():
 
 
 def test_a_learner_who_closes_their_tab_before_the_view_reads_them_keeps_their_results():
-    ctx = make_ctx()
-    train = TrainHandlers(ctx)
-    clock = Clock()
-    rooms = Rooms(ctx.registry, max_rooms=2, max_learners=10, idle_s=3600, clock=clock)
-    room, _ = rooms.open("Class")
+    ctx, train, clock, rooms, room = training_class()
     rooms.join(room.code, "a")
     run_train(train, "a")
     ctx.registry.free("a")  # no class view read "a" since they joined
