@@ -11,4 +11,4 @@ settings = Settings.from_env()
 demo = build_app(settings)
 
 if __name__ == "__main__":
-    demo.launch(**launch_kwargs(settings, host="0.0.0.0", port=7860))
+    demo.launch(**launch_kwargs(settings, host="0.0.0.0", port=7860, routes=demo.routes))

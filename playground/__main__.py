@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
 
     settings = Settings.local() if args.no_caps else Settings.from_env()
     demo = build_app(settings)
-    kwargs = launch_kwargs(settings, host=args.host, port=args.port, mcp=args.mcp)
+    kwargs = launch_kwargs(settings, host=args.host, port=args.port, mcp=args.mcp, routes=demo.routes)
     demo.launch(**{**kwargs, "share": args.share, "inbrowser": args.open})
 
 

@@ -3,7 +3,8 @@
     from playground.app import build_app, launch_kwargs
     from playground.settings import Settings
     settings = Settings.from_env()
-    build_app(settings).launch(**launch_kwargs(settings))
+    demo = build_app(settings)
+    demo.launch(**launch_kwargs(settings, routes=demo.routes))
 
 Each tab is a module in `playground.tabs` with `build(ctx: AppContext) -> None`.
 
@@ -17,10 +18,12 @@ import datetime
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import gradio as gr
 import torch
+from starlette.routing import BaseRoute
 
 from core.schedule import FairShare
 from playground.context import AppContext
@@ -120,6 +123,7 @@ def build_app(settings: Settings | None = None) -> gr.Blocks:
     demo.store = ctx.store  # ... and where it keeps their models across restarts
     demo.workers = ctx.workers  # ... and the processes their trainings step in
     demo.rooms = ctx.rooms  # ... and the teachers' rooms
+    demo.routes = ctx.routes  # ... and the plain routes served beside Gradio's (`launch_kwargs`)
     return demo
 
 
@@ -179,8 +183,9 @@ def _freer(registry: SessionRegistry):
     return free_session
 
 
-def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None = None, mcp: bool = False) -> dict:
-    """Secure defaults: no share link, no monitoring endpoint, no extra served paths, an upload
+def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None = None, mcp: bool = False,
+                  routes: Sequence[BaseRoute] = ()) -> dict:
+    """`routes`: the app's own (`build_app(...).routes`: a room's page asks for its lesson there). Secure defaults: no share link, no monitoring endpoint, no extra served paths, an upload
     cap, server exceptions hidden (gr.Error messages are always shown), calls to unknown events
     answered 404 in one log line, no MCP server unless `mcp` (Gradio would read $GRADIO_MCP_SERVER)."""
     return dict(
@@ -199,6 +204,6 @@ def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None 
         css_paths=[ASSETS / "style.css"],
         footer_links=["api", "gradio", "settings"],
         run_history=False,  # nothing recorded in the browser
-        app_kwargs={"exception_handlers": unknown_event_handlers()},
+        app_kwargs={"exception_handlers": unknown_event_handlers(), "routes": list(routes)},
         mcp_server=mcp,  # every public event a tool, named by its API name (_name_tools)
     )

@@ -12,7 +12,8 @@ components that tabs share.
                 ...
 
 Shared: `rooms`, the teachers' rooms (`playground.rooms`), `lesson`, the Train tab's form as what a teacher
-pushes to a room (set by the Train tab for the Room tab), `share`, the round-robin turns trainings take step by step (`core.schedule`), `group`, where
+pushes to a room (set by the Train tab for the Room tab), `routes`, plain HTTP routes a tab adds to the app
+(a learner's page asking for the room's lesson), `share`, the round-robin turns trainings take step by step (`core.schedule`), `group`, where
 the Train tab's trainings step together instead on a GPU host (`core.group`; `stacked()` says where),
 `workers`, the processes where they step on a CPU host instead (`core.workers`; None: in turns),
 `pretrained`, one copy of each pretrained model's weights (`playground.pretrained`), and `store`,
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
+from starlette.routing import BaseRoute
 
 from core.config import TrainConfig
 from core.data import TokenData
@@ -94,6 +96,8 @@ class AppContext:
     gpu_turns: FairShare = field(default_factory=lambda: FairShare(1))
     rooms: Rooms | None = None  # the teachers' rooms (playground.rooms; made from the settings if None)
     lesson: LessonForm | None = None  # the Train tab's form as a room's lesson (set by the Train tab)
+    # Plain HTTP routes the tabs add to the app beside Gradio's (`launch_kwargs(..., routes=demo.routes)`)
+    routes: list[BaseRoute] = field(default_factory=list, init=False)
     # (fn, inputs, outputs) of what follows `model_changed`, in the order the tabs asked (`follow_model`)
     followers: list[tuple[Callable[..., Any], list[gr.Component], list[gr.Component]]] = field(
         default_factory=list, init=False)

@@ -6,7 +6,7 @@ reads what their trainings already compute, and a lesson the teacher pushes reac
     member = rooms.join(room.code, "abc123")       # a learner's session key; a short anonymous name
     rooms.rename("abc123", "Ada")
     room = rooms.teacher(room.code, key)           # gr.Error without the right key (compared in constant time)
-    rooms.push(room, Lesson(values, hide, lock, said))   # every learner's next poll (`lesson_for`) gets it
+    rooms.push(room, Lesson(values, hide, lock, said))   # every learner's page finds it at its next ask (`asked`)
     for member, progress in rooms.progress(room):  # name, state, step, losses, answers, head formed at ...
         ...
     rooms.close(room)
@@ -59,7 +59,10 @@ STUCK_S = 60.0  # a learner whose step has not moved for this long (and is not d
 # A member without a session whose page has not asked for the lesson for this long (a page asks every few
 # seconds) has closed it: they count as left, and a full room makes room of them. A page still open keeps its
 # place even when its session (holding no model yet) was dropped, so a flood of sessions cannot push it out.
-GONE_S = 60.0  # six of a page's asks (`playground.tabs.train.room.ROOM_POLL_S`), however late a busy server answers
+# Chromium wakes the timers of a tab hidden for five minutes once a minute: two of those, and some.
+GONE_S = 150.0
+ENDED = -1  # what a page's ask finds once its room has ended or its learner left (`Rooms.asked`)
+TICKET_BYTES = 16  # of the random ticket a learner's page asks with: it names their place, never their session
 EXPORT_POINTS = 500  # of each learner's training curve kept and exported
 STATES = ("joined", "training", "stopped", "done", "refused", "error", "left")
 ADJECTIVES = ("Amber", "Azure", "Brave", "Calm", "Clever", "Coral", "Crimson", "Eager", "Gentle", "Golden",
@@ -105,6 +108,7 @@ class Member:
     last: Progress = field(default_factory=lambda: Progress("joined"))  # kept when the session is gone
     moved: float = 0.0  # when `last.step` last changed (or the join): what "stuck" measures
     seen: float = 0.0  # when their page last asked for the lesson (or the join): what "gone" measures
+    ticket: str = field(default_factory=lambda: secrets.token_urlsafe(TICKET_BYTES))  # what their page asks with
     left: bool = False
     read_from: tuple | None = None  # what `last` was read from (`reading`): read again only when it changes
 
@@ -233,6 +237,7 @@ class Rooms:
         self._clock = clock
         self._rooms: dict[str, Room] = {}
         self._member_of: dict[str, str] = {}  # session key -> room code
+        self._ticket_of: dict[str, str] = {}  # a present member's ticket -> their session key
         self._lock = threading.Lock()
         registry.on_free(self._keep_results)
 
@@ -344,6 +349,7 @@ class Rooms:
             name = name if name is not None and name not in taken else self._new_name(taken)
             member = room.members[session_key] = Member(session_key, name, joined=now, moved=now, seen=now)
             self._member_of[session_key] = code
+            self._ticket_of[member.ticket] = session_key
             room.active = now
             return room, member
 
@@ -356,6 +362,17 @@ class Rooms:
             return None
         room.active = member.seen = self._clock()
         return room, member
+
+    def asked(self, ticket: Any) -> int:
+        """What a learner's page finds when it asks with its ticket (`Member.ticket`) every few seconds: the
+        version of its room's lesson (0: none yet), or ENDED once the room has ended or the learner left. Marks
+        the page as open (GONE_S). Dictionary lookups only, without the lock: a room's pages ask often."""
+        session_key = self._ticket_of.get(ticket) if isinstance(ticket, str) else None
+        joined = None if session_key is None else self.membership(session_key)
+        if joined is None:
+            return ENDED
+        lesson = joined[0].lesson
+        return 0 if lesson is None else lesson.version
 
     def rename(self, session_key: str, name: Any) -> Member:
         name = checked_name(name)
@@ -394,7 +411,8 @@ class Rooms:
     def _end_locked(self, room: Room) -> None:
         room.closed = True
         self._rooms.pop(room.code, None)
-        for key in room.members:
+        for key, member in room.members.items():
+            self._ticket_of.pop(member.ticket, None)
             if self._member_of.get(key) == room.code:
                 del self._member_of[key]
 
@@ -404,6 +422,7 @@ class Rooms:
         member = None if room is None else room.members.get(session_key)
         if member is not None:
             member.left = True
+            self._ticket_of.pop(member.ticket, None)
 
     def _forget_left_locked(self, room: Room) -> None:
         for key in [key for key, member in room.members.items() if member.left]:

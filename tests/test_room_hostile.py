@@ -4,14 +4,19 @@ a flood of joins from new session hashes, forged session hashes, lessons with ba
 what is not theirs. Each gets a clear message and leaves the room as it was; the server goes on answering."""
 
 import dataclasses
+import json
 import threading
 from pathlib import Path
 
 import pytest
 
-from playground.rooms import Lesson
+import httpx
+
+from playground.rooms import ENDED, Lesson
 from playground.settings import Settings
+from playground.tabs.room import CHART_PATH
 from playground.tabs.train.link import LINKED
+from playground.tabs.train.room import LESSON_PATH
 from support.app import FORM, REPO, form, serve
 from support.hostile import Hostile
 
@@ -88,6 +93,63 @@ def test_a_learner_reads_only_their_own_place_in_the_room(server):
         assert app.error(api_name, [code, "", *rest], "linus") == NO_ROOM
     assert "called Grace already" in app.error("room_name", ["Grace"], "linus")
     app.ok("close_room", [code, key], "teacher-2")
+
+
+def test_a_page_asks_for_the_lesson_with_its_ticket_and_forged_tickets_find_nothing(server):
+    demo, app, _ = server
+    code, key = open_room(app, "Asking", "teacher-3")
+    app.ok("join_room", [code, ""], "asker")
+    ticket = demo.rooms._rooms[code].members["asker"].ticket
+    ask = f"{app.url}{LESSON_PATH.lstrip('/')}"
+
+    def asked(**params) -> int:
+        answer = httpx.get(ask, params=params, timeout=30)
+        assert answer.status_code == 200 and answer.headers["cache-control"] == "no-store"
+        return answer.json()["lesson"]
+
+    assert asked(ticket=ticket) == 0
+    app.ok("push_lesson", [code, key, [], [], *lesson(steps=40)], "teacher-3")
+    assert asked(ticket=ticket) == 1
+    for forged in ("", "x", ticket[:-1], code, key, "asker", "../../etc/passwd", "t" * 60_000):
+        assert asked(ticket=forged) == ENDED, forged[:40]
+    assert asked() == ENDED  # no ticket
+    assert httpx.post(ask, data={"ticket": ticket}, timeout=30).status_code == 405
+    assert asked(ticket=ticket) == 1 and demo.rooms._rooms[code].lesson.version == 1
+    app.ok("leave_room", [], "asker")
+    assert asked(ticket=ticket) == ENDED
+    app.ok("close_room", [code, key], "teacher-3")
+
+
+def test_the_chart_route_draws_only_with_the_key_and_refuses_bad_bodies(server):
+    demo, app, _ = server
+    code, key = open_room(app, "Charting", "teacher-4")
+    other_code, other_key = open_room(app, "Another chart", "teacher-5")
+    chart = f"{app.url}{CHART_PATH.lstrip('/')}"
+
+    def post(**kwargs) -> httpx.Response:
+        return httpx.post(chart, timeout=30, **kwargs)
+
+    drawn = post(json={"code": code, "key": key, "highlight": None})
+    assert drawn.status_code == 200 and drawn.headers["cache-control"] == "no-store"
+    assert "No learner has trained yet" in json.loads(drawn.json()["plot"])["layout"]["annotations"][0]["text"]
+    forged = key[:-1] + ("A" if key[-1] != "A" else "B")
+    for wrong in ({"code": code, "key": forged}, {"code": code}, {"code": code, "key": other_key},
+                  {"code": other_code, "key": key}, {"code": code, "key": ["k"]}):
+        refused = post(json=wrong)
+        assert refused.status_code == 403 and refused.json()["error"] == NO_ROOM, wrong
+    for bad_code in ("../../etc/passwd", None, 7):
+        assert post(json={"code": bad_code, "key": key}).json()["error"].startswith("A room code is")
+    for body in (b"", b"not json", b"[1, 2]", b'"code"', b"\xff\xfe", b"{"):
+        bad = post(content=body, headers={"Content-Type": "application/json"})
+        assert bad.status_code == 400 and "JSON object" in bad.json()["error"], body
+    big = post(content=b'{"code": "' + b"A" * 10_000_000 + b'"}', headers={"Content-Type": "application/json"})
+    assert big.status_code == 413 and "at most" in big.json()["error"]
+    assert httpx.get(chart, timeout=30).status_code == 405
+    assert post(json={"code": code, "key": key}).status_code == 200  # the server goes on, the room as it was
+    assert not demo.rooms._rooms[code].closed
+    for room_code, room_key, teacher in ((code, key, "teacher-4"), (other_code, other_key, "teacher-5")):
+        app.ok("close_room", [room_code, room_key], teacher)
+    assert post(json={"code": code, "key": key}).status_code == 403  # closed: the page's script stops
 
 
 PATH_NAMES = ("../../etc/passwd", "/tmp/x", "C:\\x", "..\\..\\boot.ini")

@@ -12,7 +12,7 @@ from core.movie import copying_onset
 from core.runs import RunLog, RunRecord, decode_runs, encode_runs
 from core.tensorfile import pack, unpack
 from playground.rooms import (
-    CODE_ALPHABET, CODE_CHARS, GONE_S, NAME_CHARS, ROOM_NAME_CHARS, STUCK_S, Member, Rooms, checked_code, checked_name,
+    CODE_ALPHABET, CODE_CHARS, ENDED, GONE_S, NAME_CHARS, ROOM_NAME_CHARS, STUCK_S, Lesson, Member, Rooms, checked_code, checked_name,
     progress_of,
 )
 from playground.sessions import Problem, SessionRegistry
@@ -281,6 +281,7 @@ def test_a_learner_without_progress_for_stuck_s_is_stuck():
     clock.now += 1
     assert rooms.stuck(member, rooms.progress(room)[0][1])
     registry.free("a")
+    clock.now += GONE_S  # ... and their page stopped asking
     assert not rooms.stuck(*rooms.progress(room)[0])  # left: not stuck, gone
 
 
@@ -350,16 +351,40 @@ def test_a_page_still_open_keeps_its_place_when_a_flood_drops_its_session():
     registry = SessionRegistry(10**9, 600, max_light_sessions=3)
     rooms = Rooms(registry, max_rooms=2, max_learners=2, idle_s=3600, clock=clock)
     room, _ = rooms.open("Class")
+    tickets = {}
     for key in ("open-page", "closed-page"):
         registry.get(key)
-        rooms.join(room.code, key)
+        tickets[key] = rooms.join(room.code, key)[1].ticket
     for i in range(10):  # the flood: every light session of ours is dropped
         registry.get(f"flood-{i}")
     assert registry.peek("open-page") is None and registry.peek("closed-page") is None
     assert refused(rooms.join, room.code, "flood-9") == "This room is full (2 learners)."
     clock.now += GONE_S - 1
-    assert rooms.membership("open-page") is not None  # its poll
+    assert rooms.asked(tickets["open-page"]) == 0  # its page asks for the lesson (none yet)
     clock.now += 1
     rooms.join(room.code, "flood-9")  # the closed page made room; the open one did not
     assert [m.key for m in room.present] == ["open-page", "flood-9"]
     assert [p.state for _, p in rooms.progress(room)] == ["joined", "left", "joined"]
+
+
+def test_a_page_asks_with_its_ticket_and_finds_the_lesson_until_it_leaves_or_the_room_ends():
+    rooms = make_rooms()
+    room, key = rooms.open("Class")
+    other, _ = rooms.open("Other")
+    _, ada = rooms.join(room.code, "ada")
+    _, bo = rooms.join(room.code, "bo")
+    assert len(ada.ticket) >= 20 and ada.ticket != bo.ticket and ada.ticket != ada.key
+    assert rooms.asked(ada.ticket) == 0  # no lesson yet
+    rooms.push(room, Lesson({"steps": 100}, said="Steps **100**."))
+    rooms.push(room, Lesson({"steps": 100}, said="Steps **100**."))
+    assert rooms.asked(ada.ticket) == rooms.asked(bo.ticket) == 2
+    assert rooms.join(room.code, "ada")[1].ticket == ada.ticket  # joining again keeps the place
+    for forged in (None, "", 7, ["x"], "x" * 10_000, ada.key, ada.ticket[:-1], room.code, key):
+        assert rooms.asked(forged) == ENDED, forged
+    rooms.join(other.code, "ada")  # into another room: the old ticket names no place
+    assert rooms.asked(ada.ticket) == ENDED
+    assert rooms.asked(rooms.membership("ada")[1].ticket) == 0  # ... the new one the other room's (no lesson)
+    rooms.leave("ada")
+    assert rooms.asked(rooms.membership("bo")[1].ticket) == 2
+    rooms.close(room)
+    assert rooms.asked(bo.ticket) == ENDED

@@ -8,6 +8,13 @@ Every teacher event takes the room's code and teacher key (`playground.rooms.Roo
 is refused, over the API as in the page. The view reads what the learners' trainings already computed (their
 history rows and last attention snapshot): it costs the server a table's worth of reading a second.
 
+The chart is redrawn every TICK_S by the page's own script (CHART_LOOP: a POST of the code and key to a plain
+route of the app, `chart_route`, answered with the chart's Plotly JSON, drawn with Plotly.react), not by a Gradio
+event: in the browser each Gradio event costs ~100 ms of the page's main thread however small its outputs are (it
+updates the loading state of the page's ~400 components), so one a second kept a teacher's page busy most of the
+time on a loaded laptop, and a learner's new point reached the chart 1.5-3 s late. Counts and table come every
+TABLE_TICK_S through Gradio, the gallery every MAPS_TICK_S.
+
 Public events: /open_room, /class_view, /class_maps, /push_lesson, /export_room, /room_to_compare, /close_room.
 Never imports another tab: the Train tab gives its form as `ctx.lesson`, the learner's side is its own.
 """
@@ -26,6 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.routing import Route
 
 from core.data import CORPORA
 from core.runs import RUNS_KEPT, RunRecord
@@ -34,6 +45,7 @@ from playground import validate
 from playground.context import AppContext
 from playground.figures import note_figure
 from playground.figures.room import class_chart_png, class_loss_figure, class_maps_figure
+from playground.gradio_internals import PlotData
 from playground.rooms import Lesson, Member, Progress, Room, finite, head_map, thinned
 from playground.sessions import Session
 
@@ -42,8 +54,43 @@ ROWS_PER_PAGE = 25
 MAPS_PER_PAGE = 24
 MAPS_PER_ROW = 4  # a phone's 390 px still gives each map ~80 px and its name room
 CHART_POINTS = 60  # of each learner's curve on the class chart: 150 learners stay a light update
-TICK_S = 1.0  # the class view's refresh: a learner's new point shows within about this
+TICK_S = 1.0  # the chart's redraw: a learner's new point shows within about this
+TABLE_TICK_S = 2.0  # the counts' and the table's refresh
 MAPS_TICK_S = 5.0  # the gallery's: maps change slowly, and they are the heavy part
+CHART_PATH = "/room_chart"
+CHART_BODY_BYTES = 1024  # a chart request's JSON: a code, a key of at most KEY_CHARS, a learner's name
+# The page's side of the chart (see the module's docstring), started when the class view is shown with the code and
+# key typed: every TICK_S, while the chart is on screen, POST them with the highlighted learner to CHART_PATH and
+# draw the answer with the page's Plotly as gr.Plot draws it (its layout and config settings, the same config: a
+# different one would make Plotly build the chart anew). A 403 (the room ended, or closed) ends it.
+CHART_LOOP = f"""(code, key) => {{
+    clearTimeout(window.classChart);
+    if (!code || !key) return;
+    const root = ((window.gradio_config && window.gradio_config.root) || ".").replace(/\\/$/, "");
+    const draw = async () => {{
+        const plot = document.querySelector("#class-chart .js-plotly-plot");
+        if (plot && plot.offsetParent !== null && window.Plotly) {{
+            const highlight = document.querySelector("#class-highlight input");
+            try {{
+                const answer = await fetch(`${{root}}{CHART_PATH}`, {{method: "POST", cache: "no-store",
+                    headers: {{"Content-Type": "application/json"}},
+                    body: JSON.stringify({{code, key, highlight: highlight ? highlight.value : null}})}});
+                if (answer.status === 403) return;
+                if (answer.ok) {{
+                    const figure = JSON.parse((await answer.json()).plot), layout = figure.layout;
+                    layout.autosize = true;
+                    layout.margin = layout.margin || {{}};
+                    if (layout.title) layout.margin.t = Math.max(100, layout.margin.t || 0);
+                    layout.margin.autoexpand = true;
+                    const config = {{...(figure.config || {{}}), responsive: true}};
+                    await window.Plotly.react(plot, figure.data, layout, config);
+                }}
+            }} catch (error) {{}}
+        }}
+        window.classChart = setTimeout(draw, {TICK_S * 1000:.0f});
+    }};
+    window.classChart = setTimeout(draw, 0);
+}}"""
 PAGE_ADDRESS = "window.location.origin + window.location.pathname"
 # The teacher's browser keeps the room's code and key (its local storage), so a reload shows the class view again.
 # BrowserState's secret is sent to every page: the value is no secret from that browser, and is checked as any key is.
@@ -89,22 +136,25 @@ class RoomHandlers:
         The table's columns: learner, state (joined, training, stopped, done, refused, error, left), step, loss,
         val loss, answers right, head formed by step (the first snapshot from which a head copies: as close to
         the moment as the snapshots are, fewer on a busy server), last progress."""
+        return self.class_table(code, key, highlight, page, chart=True)
+
+    def class_table(self, code: Any, key: Any, highlight: Any = None, page: Any = 1, chart: bool = False) -> tuple:
+        """`class_view`, the chart left as it is unless `chart` (the page's script draws it: CHART_LOOP)."""
         room = self.rooms.teacher(code, key)
         page = validate.integer(page if page not in (None, "") else 1, "Page", 1, 10_000)
         everyone = self.rooms.progress(room)
-        names = [member.name for member, _ in everyone]
-        highlight = highlight if isinstance(highlight, str) and highlight in names else None
-        curves = [(member.name, *thinned(progress.curve, CHART_POINTS)) for member, progress in everyone
-                  if progress.curve[0]]
-        longest = max((progress.max_steps for _, progress in everyone), default=0)
         rows = [self._row(member, progress) for member, progress in everyone]
         pages = max(1, math.ceil(len(rows) / ROWS_PER_PAGE))
         page = min(page, pages)
         shown = rows[(page - 1) * ROWS_PER_PAGE: page * ROWS_PER_PAGE]
         # the table as {"headers", "data"}: what the Dataframe shows, and plain JSON over the API (a pandas
         # DataFrame there comes out as its printed, column-elided text)
-        return (self._counts(room, everyone, page, pages), class_loss_figure(curves, highlight, longest or None),
-                {"headers": list(COLUMNS), "data": shown}, names)
+        return (self._counts(room, everyone, page, pages), _chart(everyone, highlight) if chart else gr.skip(),
+                {"headers": list(COLUMNS), "data": shown}, [member.name for member, _ in everyone])
+
+    def class_chart(self, code: Any, key: Any, highlight: Any = None) -> PlotData:
+        """The class chart alone (what `chart_route` answers the page's script with every TICK_S)."""
+        return _chart(self.rooms.progress(self.rooms.teacher(code, key)), highlight)
 
     def class_maps(self, code: Any, key: Any, layer: Any = 0, head: Any = 0, page: Any = 1):
         """One attention map per learner (their last snapshot on their probe prompt) for head `head` of layer
@@ -217,6 +267,15 @@ class RoomHandlers:
                 "" if progress.formed_at is None else progress.formed_at, last]
 
 
+def _chart(everyone: list[tuple[Member, Progress]], highlight: Any) -> PlotData:
+    """The class chart: every learner's curve, thinned to CHART_POINTS, `highlight` (a learner's name) drawn last."""
+    highlight = highlight if isinstance(highlight, str) and highlight in {m.name for m, _ in everyone} else None
+    curves = [(member.name, *thinned(progress.curve, CHART_POINTS)) for member, progress in everyone
+              if progress.curve[0]]
+    longest = max((progress.max_steps for _, progress in everyone), default=0)
+    return class_loss_figure(curves, highlight, longest or None)
+
+
 def _compare_record(teacher: Session, learner: Session | None, name: str) -> bool:
     """Keep `learner`'s model's run in the teacher's runs, titled `name`; False if they have none."""
     trained = None if learner is None else learner.trained
@@ -317,7 +376,7 @@ def build(ctx: AppContext) -> RoomHandlers:
             compare_note = gr.Markdown(elem_id="room-compare-note")
         close_btn = gr.Button("Close the room", variant="stop", size="sm", elem_id="room-close")
     room_note = gr.Markdown(elem_id="room-status")
-    ticks, maps_ticks, names = gr.Timer(TICK_S, active=False), gr.Timer(MAPS_TICK_S, active=False), gr.State([])
+    ticks, maps_ticks, names = gr.Timer(TABLE_TICK_S, active=False), gr.Timer(MAPS_TICK_S, active=False), gr.State([])
 
     cheap, quiet = ctx.cheap(), dict(**ctx.cheap(), api_visibility="private", show_progress="hidden")
     credentials = [code_box, key_box]
@@ -327,11 +386,16 @@ def build(ctx: AppContext) -> RoomHandlers:
     def shown(on: bool) -> tuple:
         return gr.update(visible=on), gr.Timer(active=on), gr.Timer(active=on)
 
-    def refresh(code: Any, key: Any, highlight_name: Any, table_page: Any, known: list[str]) -> tuple:
+    def refresh(code: Any, key: Any, highlight_name: Any, table_page: Any, known: list[str], chart: bool = True
+                ) -> tuple:
         """The class view, and the pickers' choices only when the names changed (a refresh closes an open list)."""
-        *shown_view, now = handlers.class_view(code, key, highlight_name, table_page)
+        *shown_view, now = handlers.class_table(code, key, highlight_name, table_page, chart=chart)
         choices = (gr.skip(), gr.skip()) if now == known else (gr.update(choices=now), gr.update(choices=now))
         return (*shown_view, now, *choices)
+
+    def tick(code: Any, key: Any, highlight_name: Any, table_page: Any, known: list[str]) -> tuple:
+        """The counts and the table; the chart is the page's script's (CHART_LOOP)."""
+        return refresh(code, key, highlight_name, table_page, known, chart=False)
 
     remembered = gr.BrowserState(None, storage_key=REMEMBERED_KEY, secret=REMEMBERED_SECRET)
 
@@ -345,14 +409,16 @@ def build(ctx: AppContext) -> RoomHandlers:
     # Asked when a tab is picked, after a round trip: a BrowserState reads its storage once its tab is drawn, and
     # the Room tab is not drawn until it is first picked.
     ctx.tabs.select(lambda: None, None, None, **quiet).then(
-        come_back, [remembered, code_box], [code_box, key_box, view, ticks, maps_ticks, remembered], **quiet)
+        come_back, [remembered, code_box], [code_box, key_box, view, ticks, maps_ticks, remembered], **quiet
+    ).then(None, credentials, None, js=CHART_LOOP)
     opened = open_btn.click(handlers.open_room, [room_name, server_key, link_box], [code_box, key_box, link_box],
                             api_name="open_room", js=f"(name, key, page) => [name, key, {PAGE_ADDRESS}]", **cheap)
     opened.success(lambda: gr.update(visible=True), None, link_box, **quiet)
     for started in (opened, show_btn.click(refresh, view_inputs, view_outputs, api_visibility="private", **cheap)):
         started.success(lambda code, key: (*shown(True), "", [code, key]), credentials,
                         [view, ticks, maps_ticks, room_note, remembered], **quiet)
-    refreshed = ticks.tick(refresh, view_inputs, view_outputs, **quiet)
+        started.success(None, credentials, None, js=CHART_LOOP)
+    refreshed = ticks.tick(tick, view_inputs, view_outputs, **quiet)
     refreshed.failure(lambda: (*shown(False), "The room has ended (closed, or idle too long).", None), None,
                       [view, ticks, maps_ticks, room_note, remembered], **quiet)
     gr.on([highlight.change, page.submit], refresh, view_inputs, view_outputs, **quiet)
@@ -369,7 +435,36 @@ def build(ctx: AppContext) -> RoomHandlers:
                       **cheap)
     close_btn.click(handlers.close_room, credentials, room_note, api_name="close_room", **cheap).success(
         lambda: (*shown(False), None), None, [view, ticks, maps_ticks, remembered], **quiet)
+    ctx.routes.append(chart_route(handlers))
     return handlers
+
+
+def chart_route(handlers: RoomHandlers) -> Route:
+    """The route the teacher's page redraws the class chart from (CHART_LOOP): POST {"code", "key", "highlight"},
+    answered {"plot": the chart's Plotly JSON}; 403 with the words a wrong key gets over the API, 400 for a body
+    that is no such JSON, 413 for one longer than CHART_BODY_BYTES (read no further). The chart is made in a
+    worker thread, as an event's is, not on the server's event loop."""
+
+    async def room_chart(request: Request) -> JSONResponse:
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > CHART_BODY_BYTES:
+                return JSONResponse({"error": f"A chart request is at most {CHART_BODY_BYTES} bytes."}, 413)
+        try:
+            asked = json.loads(body)
+        except ValueError:  # not JSON, or not UTF-8
+            asked = None
+        if not isinstance(asked, dict):
+            return JSONResponse({"error": "A chart request is a JSON object: code, key, highlight."}, 400)
+        try:
+            plot = await run_in_threadpool(handlers.class_chart, asked.get("code"), asked.get("key"),
+                                           asked.get("highlight"))
+        except gr.Error as error:
+            return JSONResponse({"error": error.message}, 403)
+        return JSONResponse({"plot": plot.plot}, headers={"Cache-Control": "no-store"})
+
+    return Route(CHART_PATH, room_chart, methods=["POST"])
 
 
 def _row_name(event: gr.SelectData) -> Any:

@@ -16,12 +16,13 @@ For each N, measured from outside through the API:
   tokens, /preset, /attention; and `RUNS`: a whole /baby_gpt_train), and the server's RSS (with its
   step workers', `core.workers`) is sampled every 0.5 s.
 
-With --room, the learners open the page, then join a room the teacher opened (/open_room, /join_room) before
-they press Train, and each page polls for the room's lesson as its timer does (the private `poll_lesson`, every
-ROOM_POLL_S, on the learner's own event stream); with --view, the teacher's class view is open too from the press
-to the round's end, its timers calling /class_view every TICK_S (the handler the page's timer runs) and
-/class_maps every MAPS_TICK_S (issue 39).
-Each timer's calls are timed from the tick to the answer (a tick whose last call has not answered is skipped,
+With --room, the learners open the page, then join a room the teacher opened (/open_room) through its link before
+they press Train (the page's private `join_from_link`, with `?room=` on its queue join as the page sends it), and
+each page asks for the room's lesson as its script does (a plain GET of LESSON_PATH with the ticket the join gave,
+every ROOM_ASK_S); with --view, the teacher's class view is open too from the press
+to the round's end: its script POSTs for the chart (CHART_PATH) every TICK_S, its timers call the counts' and
+table's private `tick` every TABLE_TICK_S and /class_maps every MAPS_TICK_S (issue 39).
+Each timer's calls (and asks) are timed from the tick to the answer (a tick whose last call has not answered is skipped,
 as a gr.Timer's is). `ROOM_TIMERS` declares them.
 
 With --holding N, a second kind of round: N sessions train a short model one after another (as a
@@ -69,8 +70,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from tests.support.app import free_port  # noqa: E402
 from host import cpu_seconds, describe_host  # noqa: E402  (this script's folder is on sys.path)
-from playground.tabs.room import MAPS_TICK_S, TICK_S  # noqa: E402
-from playground.tabs.train.room import ROOM_POLL_S  # noqa: E402
+from playground.tabs.room import CHART_PATH, MAPS_TICK_S, TABLE_TICK_S, TICK_S  # noqa: E402
+from playground.tabs.train.room import LESSON_PATH, ROOM_ASK_S  # noqa: E402
 
 # Tiny Shakespeare from ../shared/data as in the tests, unless the caller says otherwise.
 os.environ.setdefault("PLAYGROUND_DATA_DIR", str(REPO.parent / "shared" / "data"))
@@ -107,13 +108,15 @@ GOALS = {
     ],
 }
 # A room (--room, --view): its name, and the timers its pages run, by event: (whose page: each learner's, or the
-# teacher's class view, its inputs as the page sends them from the room's code and teacher key (None for a State,
-# which the server keeps): the table's first page, layer 0's head 0 in the gallery; every how many seconds).
+# teacher's class view, its inputs as the page sends them from the room's code and teacher key: the table's first
+# page, layer 0's head 0 in the gallery, None for a State (which the server keeps); not a list but a route of the
+# app's own: a dictionary, POSTed as JSON; None, a GET with the learner's ticket; every how many seconds).
 ROOM_NAME = "Bench room"
 TICK_JOINERS = 16  # threads joining the queue for the pages' timers
 ROOM_TIMERS = {
-    "poll_lesson": ("learner", lambda code, key: [None], ROOM_POLL_S),
-    "class_view": ("teacher", lambda code, key: [code, key, None, 1], TICK_S),
+    LESSON_PATH.strip("/"): ("learner", lambda code, key: None, ROOM_ASK_S),
+    CHART_PATH.strip("/"): ("teacher", lambda code, key: {"code": code, "key": key, "highlight": None}, TICK_S),
+    "tick": ("teacher", lambda code, key: [code, key, None, 1, None], TABLE_TICK_S),
     "class_maps": ("teacher", lambda code, key: [code, key, 0, 0, 1], MAPS_TICK_S),
 }
 # The issue's goal for the class view (issue 39), checked when it was open: (what, result key, comparison, limit).
@@ -216,11 +219,11 @@ class Browser:
         config = self.http.get(f"{url}config", timeout=30).json()
         self.index = {d["api_name"]: d["id"] for d in config["dependencies"] if d.get("api_name")}
 
-    def join(self, api_name: str, data: list, session_hash: str) -> str:
-        """Join the queue with an event; returns its id."""
+    def join(self, api_name: str, data: list, session_hash: str, query: str = "") -> str:
+        """Join the queue with an event (with the page's `query`, as Gradio's page sends its own); returns its id."""
         body = {"data": data, "fn_index": self.index[api_name], "session_hash": session_hash,
                 "event_data": None, "trigger_id": None}
-        answer = self.http.post(f"{self.url}gradio_api/queue/join", json=body, timeout=60)
+        answer = self.http.post(f"{self.url}gradio_api/queue/join?{query}", json=body, timeout=60)
         answer.raise_for_status()
         return answer.json()["event_id"]
 
@@ -253,14 +256,15 @@ class Tab(threading.Thread):
         super().__init__(daemon=True)
         self.browser, self.timeout = browser, timeout
         self.session_hash = secrets.token_hex(8)
+        self.ticket: str | None = None  # its place in a room, which its page asks with (given by its join)
         self.handlers: dict[str, Handler] = {}  # of the events joined and not completed, by id
         self.early: dict[str, list[tuple[str, str]]] = {}  # messages that came before their join's answer
         self.changed = threading.Condition()
         self.closed = False
         self.start()
 
-    def submit(self, api_name: str, data: list, handler: Handler) -> None:
-        event_id = self.browser.join(api_name, data, self.session_hash)
+    def submit(self, api_name: str, data: list, handler: Handler, query: str = "") -> None:
+        event_id = self.browser.join(api_name, data, self.session_hash, query)
         with self.changed:  # held while the early messages are handed over, so that they come first
             early = self.early.pop(event_id, [])
             for kind, line in early:
@@ -269,8 +273,8 @@ class Tab(threading.Thread):
                 self.handlers[event_id] = handler
                 self.changed.notify()
 
-    def call(self, api_name: str, data: list, timeout: float = 120) -> dict:
-        """One event's last message: {"success", "output"}."""
+    def call(self, api_name: str, data: list, timeout: float = 120, query: str = "") -> dict:
+        """One event's last message: {"success", "output"}; `query`: the page's own (`?room=...`)."""
         answer: dict = {}
         completed = threading.Event()
 
@@ -283,7 +287,7 @@ class Tab(threading.Thread):
                 return
             completed.set()
 
-        self.submit(api_name, data, keep)
+        self.submit(api_name, data, keep, query)
         if not completed.wait(timeout):
             raise RuntimeError(f"/{api_name} gave no answer within {timeout:.0f} s")
         return answer
@@ -343,10 +347,14 @@ class Learner:
             raise RuntimeError(f"the page did not open: {answer}")
 
     def join_room(self, code: str) -> None:
-        """Join the room as its link does, with an anonymous name."""
-        answer = self.tab.call("join_room", [code, ""])
-        if not answer.get("success"):
+        """Join the room as its link does (an anonymous name), and keep the ticket its page then asks with."""
+        answer = self.tab.call("join_from_link", [None], query=urllib.parse.urlencode({"room": code}))
+        values = [item.get("value") if isinstance(item, dict) else item
+                  for item in (answer.get("output") or {}).get("data", [])]
+        follows = [json.loads(value) for value in values if isinstance(value, str) and '"ticket"' in value]
+        if not answer.get("success") or not follows:
             raise RuntimeError(f"the learner could not join the room: {answer}")
+        self.tab.ticket = follows[0]["ticket"]
 
     def press(self) -> None:
         self.pressed = time.monotonic()
@@ -378,11 +386,12 @@ class Learner:
 
 
 class Ticks(threading.Thread):
-    """A page's gr.Timer in each of `tabs`: every `period` s each tab calls `api_name` with `data`, unless its
-    last call is still pending (a tick's trigger mode is "once"), until `stop`. Keeps each call's latency,
-    from the tick to its answer, and the errors."""
+    """A page's gr.Timer in each of `tabs`: every `period` s each tab calls `api_name` with `data` (a dictionary:
+    POSTs it to the route `api_name`; None: GETs that route with the tab's ticket, as a room's page asks), unless its last call is still pending (a tick's
+    trigger mode is "once"), until `stop`. Keeps each call's latency, from the tick to its answer, and the errors."""
 
-    def __init__(self, tabs: list[Tab], api_name: str, data: list, period: float, stop: threading.Event) -> None:
+    def __init__(self, tabs: list[Tab], api_name: str, data: list | dict | None, period: float,
+                 stop: threading.Event) -> None:
         super().__init__(daemon=True)
         self.tabs, self.api_name, self.data, self.period, self.stop = tabs, api_name, data, period, stop
         self.pending: set[str] = set()  # the tabs' session hashes whose call has not answered
@@ -407,6 +416,10 @@ class Ticks(threading.Thread):
                 due = max(due + self.period, time.monotonic())
 
     def tick(self, tab: Tab, started: float) -> None:
+        if not isinstance(self.data, list):
+            self.ask(tab, started)
+            return
+
         def answered(kind: str, line: str) -> None:
             if kind not in ("process_completed", "failed"):
                 return
@@ -425,6 +438,28 @@ class Ticks(threading.Thread):
                 self.errors.append(f"/{self.api_name}: {type(error).__name__}: {error}")
 
 
+    def ask(self, tab: Tab, started: float) -> None:
+        """A page's script asking a route of the app: the learner's for the lesson, a GET with its ticket
+        (`LESSON_PATH`), the teacher's for the chart, a POST of `data` (`CHART_PATH`)."""
+        url = f"{tab.browser.url}{self.api_name}"
+        try:
+            if self.data is None:
+                answer = tab.browser.http.get(url, params={"ticket": tab.ticket})
+            else:
+                answer = tab.browser.http.post(url, json=self.data)
+            answer.raise_for_status()
+            lesson = answer.json().get("lesson", 0)
+            failed = None if isinstance(lesson, int) and lesson >= 0 else f"/{self.api_name}: the room ended"
+        except Exception as error:
+            failed = f"/{self.api_name}: {type(error).__name__}: {error}"
+        with self.lock:
+            self.pending.discard(tab.session_hash)
+            if failed:
+                self.errors.append(failed)
+            else:
+                self.latencies.append(time.monotonic() - started)
+
+
 def probe(client: Client, stop: threading.Event, deadline: float, latencies: dict[str, list[float]],
           errors: list[str]) -> None:
     """Time the light events one at a time, LIGHT_PAUSE_S apart, until `stop` is set."""
@@ -434,7 +469,9 @@ def probe(client: Client, stop: threading.Event, deadline: float, latencies: dic
             try:
                 client.submit(*args, api_name=f"/{kind}").result(timeout=max(1.0, deadline - started))
                 latencies[kind].append(time.monotonic() - started)
-            except Exception as error:  # a failed or hung call is an error, not a latency
+            except Exception as error:  # a failed or hung call is an error, not a latency ...
+                if time.monotonic() >= deadline:  # ... unless the round's end cut it short
+                    return
                 errors.append(f"/{kind}: {type(error).__name__}: {error}")
             if stop.wait(LIGHT_PAUSE_S):
                 return

@@ -77,7 +77,7 @@ def serve(settings=None, port: int | None = None):
         settings = dataclasses.replace(settings, state_dir=tempfile.mkdtemp(prefix="state-store-"))
     demo = build_app(settings)
     port = port or free_port()
-    demo.launch(**launch_kwargs(settings, port=port), prevent_thread_lock=True, quiet=True)
+    demo.launch(**launch_kwargs(settings, port=port, routes=demo.routes), prevent_thread_lock=True, quiet=True)
     try:
         yield demo, f"http://127.0.0.1:{port}/"
     finally:

@@ -4,44 +4,70 @@ form as a teacher's link does (`link.FormSetter`), a training going on as it was
 
     http://host:7860/?room=7KQ2-M9XD      # joins the room as "Swift Otter" (a name of their own later)
 
-A joined page asks every ROOM_POLL_S whether a new lesson came (one call with one output; nothing when none did),
-so a push reaches every learner within about ten seconds without a connection held open per learner. The Train tab also
-gives the Room tab the form as a lesson (`lesson_form`: `AppContext.lesson`), checked by the form's own rules.
+A joined page asks every ROOM_ASK_S whether a new lesson came, with its member's ticket, over a plain route of
+the app (`lesson_route`: GET /room_lesson?ticket=..., answered with the lesson's version in microseconds), not a
+Gradio event (~40 ms of the server's one Python thread each: 150 pages asking every 2 s saturated it). Only when
+the version changed does the page's script press the hidden "take" button, and that event sets the form. So a push
+reaches every learner within about ROOM_ASK_S without a connection held open per learner. The Train tab also gives
+the Room tab the form as a lesson (`lesson_form`: `AppContext.lesson`), checked by the form's own rules.
 
-Public events: /join_room (code, name), /room_name, /leave_room (and the UI-only poll and the join on load).
+Public events: /join_room (code, name), /room_name, /leave_room (and the UI-only join on load and take).
 Reads the rooms (`playground.rooms`) and the link (`link`). Never imports the layout or another part's handlers.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
+from fastapi.responses import JSONResponse
+from starlette.routing import Route
 
 from playground import validate
 from playground.context import AppContext, LessonForm
-from playground.rooms import Lesson, Member, Room
+from playground.rooms import ENDED, Lesson, Member, Room, Rooms
 from playground.sessions import session_key
 from playground.tabs.train import link
 from playground.tabs.train.form import FormRules
 
-# How often a joined page asks for a new lesson: a push reaches everyone within about this. Each ask is a Gradio
-# event of ~40 ms of the server's one Python thread on this 2-core host: 150 pages asking every 2 s saturated it
-# (tests/bench/README.md, issue 39), every 10 s they take about a sixth of it.
-ROOM_POLL_S = 10.0
-ENDED = -1  # what the poll finds once the room has ended or the learner left
+ROOM_ASK_S = 2.0  # how often a joined page asks for a new lesson: a push reaches everyone within about this
+LESSON_PATH = "/room_lesson"
 NOT_IN_A_ROOM = "You are not in a room."
+# The page's side of the asking, started (and stopped, by an empty value) when the hidden follow box changes: it
+# holds {"ticket", "lesson": the version the page has, "every": seconds}. A failed ask (a server restarting)
+# is asked again later; ENDED stops it, after one last take that hides the banner.
+FOLLOW = f"""(follow) => {{
+    clearTimeout(window.roomAsk);
+    if (!follow) return;
+    const {{ticket, lesson, every}} = JSON.parse(follow);
+    const root = ((window.gradio_config && window.gradio_config.root) || ".").replace(/\\/$/, "");
+    let known = lesson;
+    const ask = async () => {{
+        try {{
+            const answer = await (await fetch(`${{root}}{LESSON_PATH}?ticket=${{encodeURIComponent(ticket)}}`,
+                                              {{cache: "no-store"}})).json();
+            if (answer.lesson !== known) {{
+                known = answer.lesson;
+                document.querySelector("#room-take").click();
+            }}
+            if (known === {ENDED}) return;
+        }} catch (error) {{}}
+        window.roomAsk = setTimeout(ask, every * 1000);
+    }};
+    window.roomAsk = setTimeout(ask, every * 1000);
+}}"""
 
 
 class LearnerRoom:
-    """The learner's handlers: join, rename, leave, and the poll that applies the teacher's lessons."""
+    """The learner's handlers: join, rename, leave, and taking the teacher's lessons."""
 
     def __init__(self, ctx: AppContext, setter: link.FormSetter, *, row: gr.Column, banner: gr.Markdown,
-                 name_box: gr.Textbox, poll: gr.Timer, seen: gr.State) -> None:
+                 name_box: gr.Textbox, follow: gr.Textbox, seen: gr.State) -> None:
         self.ctx, self.rooms, self.setter = ctx, ctx.rooms, setter
-        self.row, self.banner, self.name_box, self.poll, self.seen = row, banner, name_box, poll, seen
-        self.outputs = [row, banner, name_box, poll, seen, *setter.outputs]
+        self.row, self.banner, self.name_box, self.follow, self.seen = row, banner, name_box, follow, seen
+        self.outputs = [row, banner, name_box, follow, seen, *setter.outputs]
 
     def join_from_link(self, view: link.View, request: gr.Request) -> dict:
         """On load: join the room the page's link names (`?room=`), and take its lesson; nothing without one."""
@@ -64,25 +90,15 @@ class LearnerRoom:
         room, member = self.rooms.join(code, self.ctx.registry.get(request).key, name)
         return _banner(room, member)
 
-    def poll_lesson(self, seen: Any, request: gr.Request) -> Any:
-        """The version of the room's lesson when it is newer than the one this page applied (`seen`), ENDED once
-        the room has ended or the learner left, else nothing: one output, so that an idle poll (nearly all of
-        them) costs the server a lookup, not the ~40 components the lesson sets (`take_lesson` sets those)."""
+    def take_lesson(self, seen: Any, view: Any, request: gr.Request) -> dict:
+        """The form set by the room's lesson if it is newer than the one this page applied (`seen`), when the
+        page's asking found a new one; once the room has ended or the learner left, the banner hidden."""
         joined = self.rooms.membership(session_key(request))
         if joined is None:
-            return ENDED
-        room, _member = joined
-        seen = seen if isinstance(seen, int) and not isinstance(seen, bool) else 0
-        return room.lesson.version if room.lesson is not None and room.lesson.version > seen else gr.skip()
-
-    def take_lesson(self, pending: Any, view: Any, request: gr.Request) -> dict:
-        """The form set by the room's newest lesson, which the poll found (`pending`); once the room has ended or
-        the learner left, the banner hidden and the poll stopped."""
-        joined = None if pending == ENDED else self.rooms.membership(session_key(request))
-        if joined is None:
-            return {self.poll: gr.Timer(active=False), self.row: gr.update(visible=False)}
+            return {self.follow: "", self.row: gr.update(visible=False)}
         room, member = joined
-        return self._lesson(room, member, 0, view) or {self.banner: gr.skip()}
+        seen = seen if isinstance(seen, int) and not isinstance(seen, bool) else 0
+        return self._lesson(room, member, seen, view) or {self.banner: gr.skip()}
 
     def rename(self, name: Any, request: gr.Request) -> str:
         """Your name in your room (letters, digits, spaces and . ' -; at most 24 characters).
@@ -97,11 +113,13 @@ class LearnerRoom:
     def leave(self, request: gr.Request) -> dict:
         """Leave your room (your model stays yours); the page stops following its lessons."""
         self.rooms.leave(session_key(request))
-        return {self.row: gr.update(visible=False), self.poll: gr.Timer(active=False)}
+        return {self.row: gr.update(visible=False), self.follow: ""}
 
     def _joined(self, room: Room, member: Member) -> dict:
+        version = room.lesson.version if room.lesson is not None else 0
+        follow = json.dumps({"ticket": member.ticket, "lesson": version, "every": ROOM_ASK_S})
         return {self.row: gr.update(visible=True), self.banner: _banner(room, member),
-                self.name_box: gr.update(value=member.name, visible=True), self.poll: gr.Timer(active=True)}
+                self.name_box: gr.update(value=member.name, visible=True), self.follow: follow}
 
     def _lesson(self, room: Room, member: Member, seen: int, view: Any) -> dict:
         """The form set by the room's lesson (none yet: only the banner), if newer than `seen`."""
@@ -156,16 +174,17 @@ def lesson_form(rules: FormRules, form: dict[str, gr.Component]) -> LessonForm:
 
 @dataclass
 class Banner:
-    """The room's banner on the Train tab (hidden until the page joins a room), its poll, and the lesson it applied."""
+    """The room's banner on the Train tab (hidden until the page joins a room), what its asking needs, and the
+    lesson it applied."""
 
     row: gr.Column
     text: gr.Markdown
     name_box: gr.Textbox
     rename: gr.Button
     leave: gr.Button
-    poll: gr.Timer
+    follow: gr.Textbox  # hidden: what the page's script asks with (FOLLOW); empty: it asks no more
+    take: gr.Button  # hidden: pressed by that script when the lesson's version changed
     seen: gr.State  # the version of the lesson the page applied
-    pending: gr.State  # ... and of the one the poll found
 
 
 def banner() -> Banner:
@@ -177,20 +196,35 @@ def banner() -> Banner:
                                   elem_id="room-name")
             rename = gr.Button("Rename", size="sm", scale=1, min_width=80, elem_id="room-rename")
             leave = gr.Button("Leave the room", size="sm", scale=1, min_width=110, elem_id="room-leave")
-    return Banner(row, text, name_box, rename, leave, gr.Timer(ROOM_POLL_S, active=False), gr.State(0), gr.State(0))
+        follow = gr.Textbox(visible="hidden", elem_id="room-follow")
+        take = gr.Button(visible="hidden", elem_id="room-take")
+    return Banner(row, text, name_box, rename, leave, follow, take, gr.State(0))
 
 
 def wire(ctx: AppContext, shown: Banner, setter: link.FormSetter, rules: FormRules, after: Any) -> LearnerRoom:
     """The room's events, and `ctx.lesson`; `after` is the page-load event the join follows (the link's, then
     the model coming back), so that the lesson has the last word on the form."""
-    learner = LearnerRoom(ctx, setter, row=shown.row, banner=shown.text, name_box=shown.name_box, poll=shown.poll,
-                          seen=shown.seen)
+    learner = LearnerRoom(ctx, setter, row=shown.row, banner=shown.text, name_box=shown.name_box,
+                          follow=shown.follow, seen=shown.seen)
     quiet = dict(**ctx.cheap(), api_visibility="private", show_progress="hidden")
     after.then(learner.join_from_link, setter.view, learner.outputs, **quiet)
-    shown.poll.tick(learner.poll_lesson, shown.seen, shown.pending, **quiet)
-    shown.pending.change(learner.take_lesson, [shown.pending, setter.view], learner.outputs, **quiet)
+    shown.follow.change(None, shown.follow, None, js=FOLLOW)
+    shown.take.click(learner.take_lesson, [shown.seen, setter.view], learner.outputs, **quiet)
     shown.rename.click(learner.rename, shown.name_box, shown.text, api_name="room_name", **ctx.cheap())
-    shown.leave.click(learner.leave, None, [shown.row, shown.poll], api_name="leave_room", **ctx.cheap())
+    shown.leave.click(learner.leave, None, [shown.row, shown.follow], api_name="leave_room", **ctx.cheap())
     gr.api(learner.join_room, api_name="join_room", **ctx.cheap())
     ctx.lesson = lesson_form(rules, setter.form)
+    ctx.routes.append(lesson_route(ctx.rooms))
     return learner
+
+
+def lesson_route(rooms: Rooms) -> Route:
+    """The route a joined page asks with its ticket (FOLLOW): {"lesson": the version of its room's lesson, 0 when
+    none, ENDED once the room ended or the learner left}. Run on the server's event loop, no thread, no Gradio
+    event: a dictionary lookup. A ticket is random and only looked up, never stored from a request."""
+
+    async def room_lesson(request) -> JSONResponse:
+        return JSONResponse({"lesson": rooms.asked(request.query_params.get("ticket"))},
+                            headers={"Cache-Control": "no-store"})
+
+    return Route(LESSON_PATH, room_lesson, methods=["GET"])
