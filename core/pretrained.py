@@ -127,7 +127,7 @@ class Pretrained:
         """A GPT module of its own over these very weights (no copy). Hooks and flags live on modules
         (core.interventions' hooks, GPT.explicit_attention), so users who share one model each read it
         through a view: what one of them hooks never touches another's forward pass."""
-        return _build(self.model.config, self.model.state_dict())  # detached tensors, the same storage
+        return build(self.model.config, self.model.state_dict())  # detached tensors, the same storage
 
 
 def load_gpt2(name_or_path: str = "gpt2", *, cache_dir: str | Path | None = None) -> Pretrained:
@@ -142,7 +142,7 @@ def load_gpt2(name_or_path: str = "gpt2", *, cache_dir: str | Path | None = None
     tokenizer = GPT2Tokenizer()
     config = gpt_config(_read_json(folder / CONFIG_FILE), tokenizer.vocab_size)
     state = convert_state(_read_weights(folder))
-    return Pretrained(_build(config, state), tokenizer, name_or_path, folder)
+    return Pretrained(build(config, state), tokenizer, name_or_path, folder)
 
 
 def gpt_config(hf: dict, vocab_size: int) -> GPTConfig:
@@ -239,7 +239,7 @@ def load_llama(name_or_path: str, *, cache_dir: str | Path | None = None) -> Pre
         raise ValueError(f"{TOKENIZER_FILE} has {tokenizer.vocab_size:,} tokens, more than the model's "
                          f"vocabulary of {config.vocab_size:,}")
     state = convert_llama_state(_read_weights(folder), config)
-    return Pretrained(_build(config, state), tokenizer, name_or_path, folder)
+    return Pretrained(build(config, state), tokenizer, name_or_path, folder)
 
 
 def llama_config(hf: dict) -> GPTConfig:
@@ -293,7 +293,7 @@ def convert_llama_state(weights: dict[str, torch.Tensor], config: GPTConfig) -> 
     for layer in range(config.n_layer):
         for ours, parts in LLAMA_STACKED.items():
             names = [part.format(i=layer) + ".weight" for part in parts]
-            if all(name in weights for name in names):  # a missing part: _build names what is missing
+            if all(name in weights for name in names):  # a missing part: build names what is missing
                 state[ours.format(i=layer) + ".weight"] = torch.cat([weights[name].to(torch.float32) for name in names])
     return state
 
@@ -302,7 +302,7 @@ def _stacked_part(name: str) -> bool:
     return any(pattern.fullmatch(name) for pattern in LLAMA_STACKED_PARTS)
 
 
-def _build(config: GPTConfig, state: dict[str, torch.Tensor]) -> GPT:
+def build(config: GPTConfig, state: dict[str, torch.Tensor]) -> GPT:
     """The GPT of `config` holding `state`, in eval mode and without gradients."""
     with torch.device("meta"):
         model = GPT(config)  # shapes only: no memory, no random draws; every weight comes from `state`
