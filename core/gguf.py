@@ -25,13 +25,20 @@ and reads plausible nonsense, hence the tests against transformers' own GGUF rea
 The tokenizer comes from the metadata too: tokenizer.ggml.model "gpt2" (byte-level BPE: tokens, merges,
 special tokens), split as tokenizer.ggml.pre says (`SPLITS`), built with Hugging Face `tokenizers`.
 
+`gguf_models(folder)` names the models a folder holds: its *.gguf files by their stem, and when it is an Ollama
+models folder (~/.ollama/models), Ollama's models by name:tag. Ollama keeps a manifest per model at
+manifests/registry.ollama.ai/library/NAME/TAG, a JSON list of layers; the layer of mediaType
+application/vnd.ollama.image.model is the GGUF file, blobs/sha256-HEX for its digest sha256:HEX.
+
 Never imports `transformers`, gradio, plotly or `playground`.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import mmap
+import re
 import struct
 from pathlib import Path
 
@@ -329,3 +336,46 @@ def gguf_tokenizer(metadata: dict, name: str) -> HFTokenizer:
 
 def _strings(values) -> bool:
     return isinstance(values, list) and bool(values) and all(isinstance(v, str) for v in values)
+
+
+# ---------------------------------------------------------------- which models a folder offers
+
+OLLAMA_MODEL = "application/vnd.ollama.image.model"  # the mediaType of the layer that is the GGUF file
+OLLAMA_REGISTRY = "registry.ollama.ai"
+DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
+MAX_MANIFEST_BYTES = 1_000_000  # a manifest lists a few layers: a larger file is not one
+
+
+def gguf_models(folder: str | Path) -> dict[str, Path]:
+    """The GGUF models in a folder by name, sorted: each *.gguf file by its stem, and each model of an Ollama
+    models folder by name:tag (namespace/name:tag outside Ollama's library, host/... outside its registry).
+    A path to one .gguf file offers that file."""
+    folder = Path(folder).expanduser()
+    if folder.is_file():
+        return {folder.stem: folder}
+    models = {path.stem: path for path in folder.glob("*.gguf") if path.is_file()}
+    manifests = folder / "manifests"
+    for manifest in manifests.glob("*/*/*/*") if manifests.is_dir() else ():
+        blob = _ollama_blob(manifest, folder / "blobs")
+        if blob is not None:
+            host, namespace, name, tag = manifest.relative_to(manifests).parts
+            prefix = "" if (host, namespace) == (OLLAMA_REGISTRY, "library") else \
+                f"{namespace}/" if host == OLLAMA_REGISTRY else f"{host}/{namespace}/"
+            models[f"{prefix}{name}:{tag}"] = blob
+    return dict(sorted(models.items()))
+
+
+def _ollama_blob(manifest: Path, blobs: Path) -> Path | None:
+    """The GGUF blob an Ollama manifest names (None when it is no model's manifest, or its blob is missing)."""
+    try:
+        if not manifest.is_file() or manifest.stat().st_size > MAX_MANIFEST_BYTES:
+            return None
+        layers = json.loads(manifest.read_text()).get("layers")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    for layer in layers if isinstance(layers, list) else ():
+        if isinstance(layer, dict) and layer.get("mediaType") == OLLAMA_MODEL:
+            digest = DIGEST.fullmatch(str(layer.get("digest")))
+            blob = blobs / f"sha256-{digest[1]}" if digest else None
+            return blob if blob is not None and blob.is_file() else None
+    return None

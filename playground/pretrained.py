@@ -1,6 +1,7 @@
 """Pretrained models that Generate and Attention can read, declared once in `CATALOGUE` (OpenAI's GPT-2,
-Hugging Face's SmolLM2-135M): for each, one copy of its weights for the whole server, and for each
-session that reads it a GPT module of its own over those weights.
+Hugging Face's SmolLM2-135M), and the GGUF files the server's operator offers (`gguf_kinds`, from the
+setting gguf_dir): for each, one copy of its weights for the whole server, and for each session that
+reads it a GPT module of its own over those weights.
 
     shared = SharedPretrained(CATALOGUE["gpt2"], settings.gpt2_weights)   # nothing loaded yet
     model = shared.get()             # loaded once (seconds), under a lock; gr.Error if it cannot be
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from core.gguf import TYPES, gguf_models, load_gguf
 from core.pretrained import (
     CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, Pretrained, PretrainedUnavailable, load_gpt2, load_llama,
 )
@@ -50,6 +52,11 @@ class Kind:
         return f"{self.title} (pretrained)"
 
     @property
+    def origin(self) -> str:
+        """Where it comes from, for display."""
+        return f"pretrained by {self.maker} on {self.corpus}"
+
+    @property
     def setting(self) -> str:
         return f"{self.key}_weights"
 
@@ -59,6 +66,37 @@ class Kind:
         return (f"To use a local copy, start the app with `{ENV_PREFIX}{self.setting.upper()}={folder}`: a folder "
                 f"holding {', '.join(self.files)}, e.g. made with "
                 f"`huggingface-cli download {self.repo} {files} --local-dir {folder}`.")
+
+
+@dataclass(frozen=True)
+class GGUFKind(Kind):
+    """A GGUF file the operator offers (the setting gguf_dir), under the name the picker shows: its path stays
+    on the server."""
+
+    path: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.title} (GGUF file)"
+
+    @property
+    def origin(self) -> str:
+        return "a GGUF file on this server"
+
+    def local_advice(self) -> str:
+        return (f"The server reads it from `{ENV_PREFIX}GGUF_DIR`: a Llama-architecture GGUF file whose tensors are "
+                f"{', '.join(t.name for t in TYPES)}, of at most 2 GB as float32.")
+
+
+GGUF_PREFIX = "gguf:"  # a GGUF kind's key is this and the model's name
+
+
+def gguf_kinds(folder: str) -> dict[str, GGUFKind]:
+    """The GGUF models of the operator's folder (or file), keyed "gguf:NAME"; none when `folder` is ""."""
+    if not folder:
+        return {}
+    return {GGUF_PREFIX + name: GGUFKind(GGUF_PREFIX + name, name, "", "", load_gguf, "", (), str(path))
+            for name, path in gguf_models(folder).items()}
 
 
 CATALOGUE: dict[str, Kind] = {kind.key: kind for kind in (
@@ -107,15 +145,14 @@ class SharedPretrained:
 
 def reading(kind: Kind, pretrained: Pretrained) -> TrainedModel:
     """What a session reads of a pretrained model: a module of its own over the shared weights, nothing to train."""
-    return TrainedModel(pretrained.view(), pretrained.tokenizer, f"{kind.corpus} ({kind.maker}'s {kind.title})",
-                        source=kind.key)
+    return TrainedModel(pretrained.view(), pretrained.tokenizer, f"{kind.title} ({kind.origin})", source=kind.key)
 
 
 def describe(kind: Kind, read: TrainedModel) -> str:
     """One line about a pretrained model for the tabs (the value of ctx.model_changed)."""
     c = read.model.config
     heads = f"{c.n_head} heads" if c.kv_heads == c.n_head else f"{c.n_head} heads sharing {c.kv_heads} key/value heads"
-    return (f"{kind.title} (pretrained by {kind.maker} on {kind.corpus}): {c.n_layer} layers x {heads}, "
+    return (f"{kind.title} ({kind.origin}): {c.n_layer} layers x {heads}, "
             f"{c.n_embd} channels, context {c.block_size}, vocabulary {c.vocab_size:,}; read-only: this server "
             "trains only small models, on the Train tab.")
 
