@@ -59,6 +59,7 @@ ARCHITECTURES = ("llama",)  # general.architecture values read here (Mistral and
 DEFAULT_MAX_BYTES = 2 * 2**30  # the float32 weights' cap: a model of 500M parameters
 VERSIONS = (2, 3)  # GGUF versions with 64-bit counts (version 1 is long gone)
 MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
+MAX_ITEMS = 1_000_000  # a metadata array's items: the largest vocabularies have 256k tokens and as many merges
 
 # Metadata value types: their struct formats (strings and arrays are read apart).
 SCALARS = {GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
@@ -86,14 +87,10 @@ TENSOR_NAMES = {
 # tokenizer.ggml.pre -> how text is split before byte-level BPE (llama.cpp's pre-tokenizers, as `tokenizers`
 # spells them); "default" is GPT-2's split, what a file that names none gets.
 GPT2_SPLIT = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 SPLITS = {
     "default": [GPT2_SPLIT],
     "gpt-2": [GPT2_SPLIT],
     "smollm": [pre_tokenizers.Digits(individual_digits=True), GPT2_SPLIT],  # each digit a token of its own
-    "llama-bpe": [pre_tokenizers.Split(tokenizers.Regex(LLAMA3_SPLIT), behavior="isolated"),
-                  pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)],
 }
 CONTROL = 3  # tokenizer.ggml.token_type of a special token (<|im_start|>, <|endoftext|>)
 
@@ -111,18 +108,22 @@ def load_gguf(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Pretra
             if tokenizer.vocab_size > config.vocab_size:
                 raise GGUFError(f"{path.name}'s tokenizer has {tokenizer.vocab_size:,} tokens, more than the "
                                 f"model's vocabulary of {config.vocab_size:,}")
-            weights = {hf_name(name, path.name): torch.from_numpy(read_tensor(data, tensor))
-                       for name, tensor in tensors.items()}
+            names = {name: hf_name(name, path.name) for name in tensors}  # every name checked before any read
+            weights = {names[name]: torch.from_numpy(read_tensor(data, tensor)) for name, tensor in tensors.items()}
     except GGUFError:
         raise
-    except (OSError, ValueError) as error:  # mmap of an empty file raises ValueError
+    except (OSError, ValueError) as error:  # mmap of an empty file raises ValueError; llama_config's refusals
         raise GGUFError(f"{path} cannot be read: {error}") from None
     for name, heads in (("q_proj", hf["num_attention_heads"]), ("k_proj", hf["num_key_value_heads"])):
         for layer in range(config.n_layer):  # llama.cpp's RoPE layout back to Hugging Face's
             key = f"model.layers.{layer}.self_attn.{name}.weight"
             if key in weights and weights[key].shape[0] % (2 * heads) == 0:  # else build names the wrong shape
                 weights[key] = unpermute(weights[key], heads)
-    return Pretrained(build(config, convert_llama_state(weights, config)), tokenizer, str(path), path.parent)
+    try:
+        model = build(config, convert_llama_state(weights, config))
+    except ValueError as error:  # its messages speak of Hugging Face's config.json: here it is the metadata
+        raise GGUFError(f"{path.name}'s tensors do not fit its metadata: {error}") from None
+    return Pretrained(model, tokenizer, str(path), path.parent)
 
 
 class GGUFError(ValueError):
@@ -179,6 +180,8 @@ class Cursor:
             if n > len(self.data) - self.at:  # each item takes a byte at least: refused before the loop
                 raise GGUFError(f"{self.name} is truncated or its header is wrong: {key} claims {n:,} items, "
                                 f"more than the {len(self.data) - self.at:,} bytes left")
+            if n > MAX_ITEMS:
+                raise GGUFError(f"{self.name}'s metadata {key} has {n:,} items, more than the {MAX_ITEMS:,} read")
             return [self.value(item, key) for _ in range(n)]
         if kind not in SCALARS:
             raise GGUFError(f"{self.name}'s metadata {key} has an unknown value type {kind}")

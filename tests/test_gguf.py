@@ -162,6 +162,25 @@ def test_a_metadata_array_longer_than_the_file_is_refused_before_the_loop(tmp_pa
         load_gguf(path)
 
 
+def test_tensors_that_do_not_fit_the_metadata_and_tensors_a_llama_has_not_are_named(tmp_path):
+    state = tiny_llama_state()
+    wrong = {**state, "model.layers.0.mlp.down_proj.weight": torch.randn(TINY["n_embd"], 64)}
+    with pytest.raises(GGUFError, match=r"wrong.gguf's tensors do not fit its metadata: .* blocks.0.mlp.proj.weight "
+                                        r"\(64, 64\) \(expected \(64, 96\)\)"):
+        load_gguf(write_gguf(tmp_path / "wrong.gguf", wrong))
+    biased = {**state, "model.layers.1.self_attn.q_proj.bias": torch.randn(TINY["n_embd"])}  # Qwen2 has these
+    with pytest.raises(GGUFError, match="biased.gguf holds a tensor a Llama has not: blk.1.attn_q.bias"):
+        load_gguf(write_gguf(tmp_path / "biased.gguf", biased))
+
+
+def test_a_metadata_array_of_more_items_than_any_vocabulary_is_refused(tmp_path):
+    path = tmp_path / "long.gguf"
+    array = struct.pack("<Q", 4) + b"toks" + struct.pack("<IIQ", 9, 0, 2_000_000) + bytes(2_000_000)  # uint8s
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + array)
+    with pytest.raises(GGUFError, match="long.gguf's metadata toks has 2,000,000 items, more than the 1,000,000 read"):
+        load_gguf(path)
+
+
 def test_another_architecture_is_refused_by_name(tmp_path):
     path = write_gguf(tmp_path / "qwen.gguf", tiny_llama_state(), arch="qwen2")
     with pytest.raises(GGUFError, match="qwen.gguf is a 'qwen2' model: only llama models are read yet"):

@@ -83,11 +83,11 @@ GGUF_NAMES = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "
 
 
 def gguf_name(hf: str) -> str:
-    module = hf.removesuffix(".weight")
+    module, _, kind = hf.rpartition(".")  # kind: weight (or bias)
     if module.startswith("model.layers."):
         _, _, i, rest = module.split(".", 3)
-        return f"blk.{i}.{GGUF_NAMES[rest]}.weight"
-    return GGUF_NAMES[module] + ".weight"
+        return f"blk.{i}.{GGUF_NAMES[rest]}.{kind}"
+    return f"{GGUF_NAMES[module]}.{kind}"
 
 
 def gguf_tensor(hf: str, w: torch.Tensor) -> np.ndarray:
