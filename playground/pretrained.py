@@ -57,6 +57,11 @@ class Kind:
         return f"pretrained by {self.maker} on {self.corpus}"
 
     @property
+    def unreadable(self) -> str:
+        """Why it cannot be had when its files are there but wrong (the details go to the log)."""
+        return f"its files are not a {self.title} this app can run"
+
+    @property
     def setting(self) -> str:
         return f"{self.key}_weights"
 
@@ -82,6 +87,10 @@ class GGUFKind(Kind):
     @property
     def origin(self) -> str:
         return "a GGUF file on this server"
+
+    @property
+    def unreadable(self) -> str:
+        return "its file is not a GGUF model this app can read"
 
     def local_advice(self) -> str:
         return (f"The server reads it from `{ENV_PREFIX}GGUF_DIR`: a Llama-architecture GGUF file whose tensors are "
@@ -133,8 +142,7 @@ class SharedPretrained:
                 # the details (paths, causes) for the operator's log; the message below for the user
                 log.warning("%s from %r could not be loaded: %s", self.kind.title, self.weights, error)
                 why = ("it could not be downloaded from the Hugging Face Hub (is this server offline?)"
-                       if isinstance(error, PretrainedUnavailable) else
-                       f"its files are not a {self.kind.title} this app can run")
+                       if isinstance(error, PretrainedUnavailable) else self.kind.unreadable)
                 message = f"{self.kind.title}'s weights are not available on this server: {why}."
                 self._failed = (self._clock(), message)
                 raise gr.Error(message, print_exception=False) from None

@@ -102,6 +102,7 @@ def test_a_broken_file_leaves_the_session_as_it_was_with_a_note(folder, monkeypa
     assert choice == "gguf:tiny" and changed == gr.skip()
     learner, operator = note.split("\n\n")
     assert "broken cannot be read here" in learner and "still read tiny" in learner and "PLAYGROUND" not in learner
+    assert "its file is not a GGUF model this app can read" in learner and str(folder) not in note
     assert "PLAYGROUND_GGUF_DIR" in operator and "Q4_1" in operator
     assert ctx.registry.get("alice").pretrained.source == "gguf:tiny"
 
