@@ -40,6 +40,7 @@ import math
 import mmap
 import re
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -140,11 +141,14 @@ def unpermute(w: torch.Tensor, heads: int) -> torch.Tensor:
 # ---------------------------------------------------------------- the header
 
 
-class Tensor:
-    """Where a tensor's bytes are, and how to read them (its shape in torch's order: GGUF writes it reversed)."""
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where a tensor's bytes are in the file, and how to read them."""
 
-    def __init__(self, name: str, shape: tuple[int, ...], kind: GGMLQuantizationType, start: int, size: int):
-        self.name, self.shape, self.kind, self.start, self.size = name, shape, kind, start, size
+    shape: tuple[int, ...]  # in torch's order (GGUF writes it reversed)
+    kind: GGMLQuantizationType
+    start: int  # from the start of the file
+    size: int  # in bytes
 
 
 class Cursor:
@@ -190,7 +194,7 @@ class Cursor:
         return float(str(np.float32(value))) if kind == GGUFValueType.FLOAT32 else value
 
 
-def read_header(data: mmap.mmap, name: str, max_bytes: int) -> tuple[dict, dict[str, Tensor]]:
+def read_header(data: mmap.mmap, name: str, max_bytes: int) -> tuple[dict, dict[str, TensorInfo]]:
     """(the metadata, the tensors by name) of a GGUF file, every tensor checked to lie in the file, be of
     a type in TYPES, and the whole to fit `max_bytes` as float32."""
     cursor = Cursor(data, name)
@@ -219,11 +223,10 @@ def read_header(data: mmap.mmap, name: str, max_bytes: int) -> tuple[dict, dict[
                             f"({_bytes(len(data))})")
         if tensor_name in tensors:
             raise GGUFError(f"{name} holds tensor {tensor_name} twice")
-        tensors[tensor_name] = Tensor(tensor_name, shape, GGMLQuantizationType(kind), data_start + offset, size)
+        tensors[tensor_name] = TensorInfo(shape, GGMLQuantizationType(kind), data_start + offset, size)
         floats += 4 * math.prod(shape)
     if floats > max_bytes:
-        raise GGUFError(f"{name}'s weights take {_bytes(floats)} as float32, over this server's cap of "
-                        f"{_bytes(max_bytes)}")
+        raise GGUFError(f"{name}'s weights take {_bytes(floats)} as float32, over the cap of {_bytes(max_bytes)}")
     return metadata, tensors
 
 
@@ -238,9 +241,10 @@ def _tensor_info(cursor: Cursor) -> tuple[str, tuple[int, ...], int, int]:
 
 def _checked_size(file: str, name: str, shape: tuple[int, ...], kind: int) -> int:
     """The bytes a tensor takes in the file, once its type is one read here and its rows whole blocks."""
-    if kind not in GGMLQuantizationType._value2member_map_:
-        raise GGUFError(f"{file}'s tensor {name} has an unknown type {kind}")
-    kind = GGMLQuantizationType(kind)
+    try:
+        kind = GGMLQuantizationType(kind)
+    except ValueError:
+        raise GGUFError(f"{file}'s tensor {name} has an unknown type {kind}") from None
     if kind not in TYPES:
         raise GGUFError(f"{file}'s tensor {name} is of type {kind.name}, which is not read here "
                         f"(read: {', '.join(t.name for t in TYPES)})")
@@ -250,7 +254,7 @@ def _checked_size(file: str, name: str, shape: tuple[int, ...], kind: int) -> in
     return math.prod(shape) // block * block_bytes
 
 
-def read_tensor(data: mmap.mmap, tensor: Tensor) -> np.ndarray:
+def read_tensor(data: mmap.mmap, tensor: TensorInfo) -> np.ndarray:
     """A tensor's values as float32, dequantized with the gguf package."""
     raw = np.frombuffer(data[tensor.start:tensor.start + tensor.size], dtype=np.uint8)  # a copy: the map can close
     rows = raw.reshape(*tensor.shape[:-1], -1)  # each row a whole number of blocks (checked)
@@ -265,7 +269,7 @@ def _bytes(n: int) -> str:
 # ---------------------------------------------------------------- metadata -> config, names, tokenizer
 
 
-def hf_config(metadata: dict, tensors: dict[str, Tensor], name: str) -> dict:
+def hf_config(metadata: dict, tensors: dict[str, TensorInfo], name: str) -> dict:
     """The Hugging Face Llama config.json that the metadata describes (core.pretrained.llama_config checks it)."""
     arch = metadata.get("general.architecture")
     if arch not in ARCHITECTURES:

@@ -150,7 +150,7 @@ def test_a_tensor_claiming_ten_gigabytes_is_refused_before_anything_is_allocated
 
 def test_weights_over_the_cap_are_refused_naming_both_sizes(tmp_path):
     path = write_gguf(tmp_path / "tiny.gguf", tiny_llama_state())
-    with pytest.raises(GGUFError, match=r"tiny.gguf's weights take 0.4 MB as float32, over this server's cap of 0.1 MB"):
+    with pytest.raises(GGUFError, match=r"tiny.gguf's weights take 0.4 MB as float32, over the cap of 0.1 MB"):
         load_gguf(path, max_bytes=100_000)
 
 
