@@ -1,5 +1,6 @@
 """GGUF files (llama.cpp's format, which Ollama and LM Studio keep their models in) read into this
-project's GPT: Llama-architecture models, dequantized to float32.
+project's GPT: Llama-architecture models (general.architecture "llama", or "qwen2": Llama's layout with biases
+on the query, key and value projections), dequantized to float32.
 
     smol = load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")    # a Pretrained, as core.pretrained's loaders give
     logits, _ = smol.model(torch.tensor([smol.tokenizer.encode("Hello")]))
@@ -19,7 +20,8 @@ stacking):
 
 RoPE layouts: llama.cpp's Llama rotates adjacent channel pairs (2i, 2i+1), Hugging Face's (and this GPT)
 the halves (i, i + D/2), so llama.cpp's converter permutes the query and key rows of each head when it
-writes a Llama (`permute` in convert_hf_to_gguf.py); `unpermute` undoes it. A wrong unpermute still runs
+writes a Llama (`permute` in convert_hf_to_gguf.py); `unpermute` undoes it. A Qwen2's rows are written as
+they are: llama.cpp rotates its halves. A wrong unpermute still runs
 and reads plausible nonsense, hence the tests against transformers' own GGUF reader.
 
 The tokenizer comes from the metadata too: tokenizer.ggml.model "gpt2" (byte-level BPE: tokens, merges,
@@ -57,7 +59,9 @@ from core.tokenizers import HFTokenizer
 # 256; Ollama's usual Q4_K_M files hold Q4_K and Q6_K). The others (IQ*, TQ*, MXFP4, ...) are refused by name.
 TYPES = tuple(GGMLQuantizationType[name] for name in (
     "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"))
-ARCHITECTURES = ("llama",)  # general.architecture values read here (Mistral and SmolLM2 files say "llama")
+# general.architecture values read here (Mistral and SmolLM2 files say "llama"), and whether llama.cpp permuted their
+# query and key rows: it does for a Llama, whose RoPE it runs on adjacent pairs, not for a Qwen2 (halves, as here).
+ARCHITECTURES = {"llama": True, "qwen2": False}
 DEFAULT_MAX_BYTES = 2 * 2**30  # the float32 weights' cap: a model of 500M parameters
 VERSIONS = (2, 3)  # GGUF versions with 64-bit counts (version 1 is long gone)
 MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
@@ -93,7 +97,11 @@ SPLITS = {
     "default": [GPT2_SPLIT],
     "gpt-2": [GPT2_SPLIT],
     "smollm": [pre_tokenizers.Digits(individual_digits=True), GPT2_SPLIT],  # each digit a token of its own
+    "qwen2": [pre_tokenizers.Split(tokenizers.Regex(
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+        behavior="isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)],
 }
+BIASED = ("attn_q", "attn_k", "attn_v")  # the tensors that may have a bias (Qwen2's), as GGUF names them
 CONTROL = 3  # tokenizer.ggml.token_type of a special token (<|im_start|>, <|endoftext|>)
 
 
@@ -117,8 +125,8 @@ def load_gguf(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Pretra
     except (OSError, ValueError) as error:  # mmap of an empty file raises ValueError; llama_config's refusals
         raise GGUFError(f"{path} cannot be read: {error}") from None
     for name, heads in (("q_proj", hf["num_attention_heads"]), ("k_proj", hf["num_key_value_heads"])):
-        for layer in range(config.n_layer):  # llama.cpp's RoPE layout back to Hugging Face's
-            key = f"model.layers.{layer}.self_attn.{name}.weight"
+        for layer in range(config.n_layer if ARCHITECTURES[metadata["general.architecture"]] else 0):
+            key = f"model.layers.{layer}.self_attn.{name}.weight"  # llama.cpp's RoPE layout back to Hugging Face's
             if key in weights and weights[key].shape[0] % (2 * heads) == 0:  # else build names the wrong shape
                 weights[key] = unpermute(weights[key], heads)
     try:
@@ -274,11 +282,11 @@ def hf_config(metadata: dict, tensors: dict[str, TensorInfo], name: str) -> dict
     """The Hugging Face Llama config.json that the metadata describes (core.pretrained.llama_config checks it)."""
     arch = metadata.get("general.architecture")
     if arch not in ARCHITECTURES:
-        raise GGUFError(f"{name} is a {arch!r} model: only {', '.join(ARCHITECTURES)} models are read yet")
+        raise GGUFError(f"{name} is a {arch!r} model: only {' and '.join(ARCHITECTURES)} models are read yet")
     missing = [f"{arch}.{key}" for key in REQUIRED_KEYS if f"{arch}.{key}" not in metadata]
     if missing:
         raise GGUFError(f"{name}'s metadata lacks {', '.join(missing)}")
-    hf = {"model_type": "llama", "tie_word_embeddings": "output.weight" not in tensors}
+    hf = {"model_type": arch, "tie_word_embeddings": "output.weight" not in tensors}
     for key, theirs in CONFIG_KEYS.items():
         value = metadata.get(f"{arch}.{key}")
         if value is None:
@@ -301,16 +309,17 @@ def hf_config(metadata: dict, tensors: dict[str, TensorInfo], name: str) -> dict
 
 
 def hf_name(name: str, file: str) -> str:
-    """A GGUF tensor's Hugging Face Llama name (blk.3.attn_q.weight -> model.layers.3.self_attn.q_proj.weight)."""
+    """A GGUF tensor's Hugging Face Llama name (blk.3.attn_q.weight -> model.layers.3.self_attn.q_proj.weight).
+    A bias of q, k or v passes here; core.pretrained's Llama path takes it for a Qwen2 and refuses it for a Llama."""
     module, _, kind = name.rpartition(".")
     parts = module.split(".")
     if parts[0] == "blk" and len(parts) == 3 and parts[1].isdigit():
         template, block = f"blk.{{i}}.{parts[2]}", parts[1]
     else:
         template, block = module, None
-    if kind != "weight" or template not in TENSOR_NAMES:
+    if template not in TENSOR_NAMES or kind != "weight" and not (kind == "bias" and parts[-1] in BIASED):
         raise GGUFError(f"{file} holds a tensor a Llama has not: {name}")
-    return TENSOR_NAMES[template].format(i=block) + ".weight"
+    return f"{TENSOR_NAMES[template].format(i=block)}.{kind}"
 
 
 def gguf_tokenizer(metadata: dict, name: str) -> HFTokenizer:

@@ -197,9 +197,16 @@ def test_tensors_that_do_not_fit_the_metadata_and_tensors_a_llama_has_not_are_na
     with pytest.raises(GGUFError, match=r"wrong.gguf's tensors do not fit its metadata: .* blocks.0.mlp.proj.weight "
                                         r"\(64, 64\) \(expected \(64, 96\)\)"):
         load_gguf(write_gguf(tmp_path / "wrong.gguf", wrong))
-    biased = {**state, "model.layers.1.self_attn.q_proj.bias": torch.randn(TINY["n_embd"])}  # Qwen2 has these
-    with pytest.raises(GGUFError, match="biased.gguf holds a tensor a Llama has not: blk.1.attn_q.bias"):
-        load_gguf(write_gguf(tmp_path / "biased.gguf", biased))
+    qwen2 = tiny_llama_state(qkv_bias=True)  # Qwen2's q, k and v biases in a file that says Llama
+    with pytest.raises(GGUFError, match="biased.gguf's tensors do not fit its metadata: the weights hold tensors "
+                                        "this model has not: blocks.0.attn.qkv.bias, blocks.1.attn.qkv.bias"):
+        load_gguf(write_gguf(tmp_path / "biased.gguf", qwen2))
+    one = {**state, "model.layers.1.self_attn.q_proj.bias": torch.randn(TINY["n_embd"])}  # without k's and v's
+    with pytest.raises(GGUFError, match="unexpected tensors in the Llama weights: model.layers.1.self_attn.q_proj.bias"):
+        load_gguf(write_gguf(tmp_path / "one.gguf", one))
+    other = {**state, "model.layers.0.self_attn.o_proj.bias": torch.randn(TINY["n_embd"])}
+    with pytest.raises(GGUFError, match="other.gguf holds a tensor a Llama has not: blk.0.attn_output.bias"):
+        load_gguf(write_gguf(tmp_path / "other.gguf", other))
 
 
 def test_a_metadata_array_of_more_items_than_any_vocabulary_is_refused(tmp_path):
@@ -211,9 +218,31 @@ def test_a_metadata_array_of_more_items_than_any_vocabulary_is_refused(tmp_path)
 
 
 def test_another_architecture_is_refused_by_name(tmp_path):
-    path = write_gguf(tmp_path / "qwen.gguf", tiny_llama_state(), arch="qwen2")
-    with pytest.raises(GGUFError, match="qwen.gguf is a 'qwen2' model: only llama models are read yet"):
+    path = write_gguf(tmp_path / "phi.gguf", tiny_llama_state(), arch="phi3")
+    with pytest.raises(GGUFError, match="phi.gguf is a 'phi3' model: only llama and qwen2 models are read yet"):
         load_gguf(path)
+
+
+def test_a_qwen2_file_its_rows_unpermuted_and_its_biases_reads_as_transformers_reads_it(tmp_path):
+    """llama.cpp writes a Qwen2's q and k rows as they are (its RoPE runs on halves, as ours): read as they lie,
+    the biases stacked, equal to the float source and to what transformers' GGUF loader makes of the file."""
+    import transformers
+
+    state = tiny_llama_state(qkv_bias=True)
+    loaded = load_gguf(write_gguf(tmp_path / "qwen.gguf", state, arch="qwen2", pre="qwen2"))
+    config = llama_config(hf_config(model_type="qwen2"))
+    assert loaded.model.config == config and config.qkv_bias and not config.bias
+    expected = build(config, convert_llama_state(state, config))
+    for name, p in expected.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[name], p), name
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="qwen.gguf", dtype=torch.float32)
+    assert type(theirs).__name__ == "Qwen2ForCausalLM"
+    with torch.no_grad():
+        ours, reference = loaded.model(IDS)[0], theirs.eval()(IDS).logits
+    assert (ours - reference).abs().max() <= 1e-5 * reference.abs().max()
+    text = "Don't  stop: 42 theis\n\nthe"
+    their_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path, gguf_file="qwen.gguf")
+    assert loaded.tokenizer.encode(text) == their_tokenizer(text, add_special_tokens=False).input_ids
 
 
 def test_not_a_gguf_file_an_unknown_split_and_an_empty_file(tmp_path):

