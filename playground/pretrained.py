@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from core.gguf import TYPES, gguf_models, load_gguf
+from core.gguf import ARCHITECTURES, DEFAULT_MAX_BYTES, TYPES, gguf_models, load_gguf
 from core.pretrained import (
     CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, Pretrained, PretrainedUnavailable, load_gpt2, load_llama,
 )
@@ -93,8 +93,9 @@ class GGUFKind(Kind):
         return "its file is not a GGUF model this app can read"
 
     def local_advice(self) -> str:
-        return (f"The server reads it from `{ENV_PREFIX}GGUF_DIR`: a Llama-architecture GGUF file whose tensors are "
-                f"{', '.join(t.name for t in TYPES)}, of at most 2 GB as float32.")
+        return (f"The server reads it from `{ENV_PREFIX}GGUF_DIR`: a GGUF file of a {' or '.join(ARCHITECTURES)} model "
+                f"whose tensors are {', '.join(t.name for t in TYPES)}, of at most {DEFAULT_MAX_BYTES / 1e9:.1f} GB as "
+                "float32 (the server's log says what this one is not).")
 
 
 GGUF_PREFIX = "gguf:"  # a GGUF kind's key is this and the model's name
