@@ -2,6 +2,7 @@
 
     python -m core train --preset shakespeare-char-cpu --out out/shakespeare
     python -m core sample --checkpoint out/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --seed 1
+    python -m core sample --gguf SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The capital of France is" --temperature 0
     python -m core export out/shakespeare --to transformers out/shakespeare-hf --push-to-hub me/tiny-shakespeare
     python -m core ladder --steps 10000 --seed 1337 --json
     python -m core presets
@@ -30,6 +31,7 @@ from core.export import push_to_hub, target, to_transformers
 from core.ladder import DEFAULT_STEPS, RUNGS, SCHEDULES, Ladder
 from core.model import GPT
 from core.observers import standard
+from core.gguf import load_gguf
 from core.pretrained import PretrainedUnavailable, load_gpt2
 from core.presets import PRESETS, get_preset, preset_configs, preset_corpus
 from core.sample import stream
@@ -102,14 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="any other model or training setting, e.g. --set n_layer=6 --set dropout=0.1")
 
     sample = commands.add_parser(
-        "sample", help="generate text from a checkpoint or GPT-2",
-        description="Stream text from a checkpoint folder or .zip, or OpenAI's pretrained GPT-2, to stdout.",
+        "sample", help="generate text from a checkpoint, GPT-2 or a GGUF file",
+        description="Stream text from a checkpoint folder or .zip, OpenAI's pretrained GPT-2 or a Llama-architecture "
+                    "GGUF file (llama.cpp's, Ollama's), to stdout.",
     )
     source = sample.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", type=Path, help="folder or .zip written by 'train'")
     source.add_argument("--gpt2", metavar="NAME_OR_FOLDER",
                         help="OpenAI's GPT-2: a Hugging Face Hub id (gpt2, gpt2-medium, ...) or a folder holding "
                              "config.json and model.safetensors")
+    source.add_argument("--gguf", type=Path, metavar="PATH", help="a Llama-architecture GGUF file (e.g. SmolLM2's)")
     sample.add_argument("--prompt", default="", help="text to continue (default: the start-of-text token)")
     sample.add_argument("--max-new-tokens", type=int, default=500)
     sample.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
@@ -326,9 +330,9 @@ def _save(out: Path, trainer: Trainer, tokenizer: Tokenizer, meta: dict, val_los
 
 
 def sample(args: argparse.Namespace) -> int:
-    if args.gpt2:
-        gpt2 = load_gpt2(args.gpt2)
-        model, tokenizer = gpt2.model, gpt2.tokenizer
+    if args.gpt2 or args.gguf:
+        pretrained = load_gpt2(args.gpt2) if args.gpt2 else load_gguf(args.gguf)
+        model, tokenizer = pretrained.model, pretrained.tokenizer
     else:
         model, tokenizer, _ = checkpoint.load(args.checkpoint)
     model.to(resolve_device(args.device))

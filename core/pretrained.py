@@ -20,9 +20,10 @@ the Hub's original `gpt2` files have none); GPT-2's Conv1D layers store their we
 nn.Linear (out, in), so those are transposed; and the feed-forward's GELU is the tanh
 approximation GPT-2 was trained with (config.json's "gelu_new", our "gelu_tanh").
 
-Llama-architecture models (Llama, SmolLM2, Mistral) map onto the same GPT with today's options
-(`load_llama`): rotary positions, RMSNorm, SwiGLU, grouped queries, no biases. Their query, key and
-value projections are stacked into one `qkv`, the gate and up projections into one `fc`:
+Llama-architecture models (Llama, SmolLM2, Mistral; Qwen2, the same with biases on its query, key and value
+projections) map onto the same GPT with today's options (`load_llama`): rotary positions, RMSNorm, SwiGLU,
+grouped queries, no other biases. Their query, key and value projections (weights, and Qwen2's biases) are
+stacked into one `qkv`, the gate and up projections into one `fc`:
 
     Hugging Face LlamaForCausalLM                           core.model.GPT
     model.embed_tokens                                      token_embedding
@@ -127,7 +128,7 @@ class Pretrained:
         """A GPT module of its own over these very weights (no copy). Hooks and flags live on modules
         (core.interventions' hooks, GPT.explicit_attention), so users who share one model each read it
         through a view: what one of them hooks never touches another's forward pass."""
-        return _build(self.model.config, self.model.state_dict())  # detached tensors, the same storage
+        return build(self.model.config, self.model.state_dict())  # detached tensors, the same storage
 
 
 def load_gpt2(name_or_path: str = "gpt2", *, cache_dir: str | Path | None = None) -> Pretrained:
@@ -142,7 +143,7 @@ def load_gpt2(name_or_path: str = "gpt2", *, cache_dir: str | Path | None = None
     tokenizer = GPT2Tokenizer()
     config = gpt_config(_read_json(folder / CONFIG_FILE), tokenizer.vocab_size)
     state = convert_state(_read_weights(folder))
-    return Pretrained(_build(config, state), tokenizer, name_or_path, folder)
+    return Pretrained(build(config, state), tokenizer, name_or_path, folder)
 
 
 def gpt_config(hf: dict, vocab_size: int) -> GPTConfig:
@@ -198,7 +199,7 @@ def _our_name(name: str) -> str | None:
 
 # ---------------------------------------------------------------- Llama-architecture models
 
-LLAMA_TYPES = ("llama", "mistral")  # config.json model_types of the same architecture
+LLAMA_TYPES = ("llama", "mistral", "qwen2")  # config.json model_types of the same architecture (Qwen2: q/k/v biases)
 # Hugging Face Llama module -> this project's module (weights only: Llama has no biases); {i} a block.
 LLAMA_MODULES = [
     ("model.embed_tokens", "token_embedding"),
@@ -217,7 +218,7 @@ LLAMA_STACKED = {
 }
 LLAMA_RULES = [(re.compile(re.escape(theirs).replace(r"\{i\}", r"(?P<i>\d+)") + r"\.weight"), ours)
                for theirs, ours in LLAMA_MODULES]
-LLAMA_STACKED_PARTS = [re.compile(re.escape(part).replace(r"\{i\}", r"\d+") + r"\.weight")
+LLAMA_STACKED_PARTS = [re.compile(re.escape(part).replace(r"\{i\}", r"\d+") + r"\.(weight|bias)")
                        for parts in LLAMA_STACKED.values() for part in parts]
 LLAMA_IGNORED = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")  # old files' RoPE buffer
 # config.json's sizes -> GPTConfig's fields (all required).
@@ -239,7 +240,7 @@ def load_llama(name_or_path: str, *, cache_dir: str | Path | None = None) -> Pre
         raise ValueError(f"{TOKENIZER_FILE} has {tokenizer.vocab_size:,} tokens, more than the model's "
                          f"vocabulary of {config.vocab_size:,}")
     state = convert_llama_state(_read_weights(folder), config)
-    return Pretrained(_build(config, state), tokenizer, name_or_path, folder)
+    return Pretrained(build(config, state), tokenizer, name_or_path, folder)
 
 
 def llama_config(hf: dict) -> GPTConfig:
@@ -259,7 +260,11 @@ def llama_config(hf: dict) -> GPTConfig:
                          "this GPT's heads split the channels evenly")
     kv_heads = hf.get("num_key_value_heads") or sizes["n_head"]
     window = hf.get("sliding_window") if hf.get("use_sliding_window", True) else None
-    return GPTConfig(**sizes, dropout=0.0, bias=False, qkv_bias=False, lm_head_bias=False, activation="swiglu",
+    qwen2 = hf["model_type"] == "qwen2"  # its query, key and value projections have biases, its others none
+    if qwen2 and window is not None:
+        raise ValueError("config.json sets use_sliding_window: Qwen2 slides only some layers' windows, which this "
+                         "GPT does not follow")
+    return GPTConfig(**sizes, dropout=0.0, bias=False, qkv_bias=qwen2, lm_head_bias=False, activation="swiglu",
                      tie_weights=bool(hf.get("tie_word_embeddings", False)), position="rope",
                      rope_base=rope_theta(hf), norm="rmsnorm", norm_eps=hf.get("rms_norm_eps", 1e-6),
                      n_kv_head=None if kv_heads == sizes["n_head"] else kv_heads, window=window)
@@ -290,11 +295,17 @@ def convert_llama_state(weights: dict[str, torch.Tensor], config: GPTConfig) -> 
             unexpected.append(name)
     if unexpected:
         raise ValueError(f"unexpected tensors in the Llama weights: {_listed(unexpected)}")
+    stacked = set()
     for layer in range(config.n_layer):
         for ours, parts in LLAMA_STACKED.items():
-            names = [part.format(i=layer) + ".weight" for part in parts]
-            if all(name in weights for name in names):  # a missing part: _build names what is missing
-                state[ours.format(i=layer) + ".weight"] = torch.cat([weights[name].to(torch.float32) for name in names])
+            for kind in ("weight", "bias"):
+                names = [f"{part.format(i=layer)}.{kind}" for part in parts]
+                if all(name in weights for name in names):  # a missing weight: build names what is missing
+                    state[f"{ours.format(i=layer)}.{kind}"] = torch.cat([weights[n].to(torch.float32) for n in names])
+                    stacked.update(names)
+    partial = [name for name in weights if name.endswith(".bias") and _stacked_part(name) and name not in stacked]
+    if partial:  # a bias without the others of its stack would be left out unseen
+        raise ValueError(f"unexpected tensors in the Llama weights: {_listed(partial)}")
     return state
 
 
@@ -302,7 +313,7 @@ def _stacked_part(name: str) -> bool:
     return any(pattern.fullmatch(name) for pattern in LLAMA_STACKED_PARTS)
 
 
-def _build(config: GPTConfig, state: dict[str, torch.Tensor]) -> GPT:
+def build(config: GPTConfig, state: dict[str, torch.Tensor]) -> GPT:
     """The GPT of `config` holding `state`, in eval mode and without gradients."""
     with torch.device("meta"):
         model = GPT(config)  # shapes only: no memory, no random draws; every weight comes from `state`
@@ -310,6 +321,9 @@ def _build(config: GPTConfig, state: dict[str, torch.Tensor]) -> GPT:
     missing = [name for name in expected if name not in state]
     if missing:
         raise ValueError(f"the weights lack {_listed(missing)}")
+    extra = [name for name in state if name not in expected and not (config.tie_weights and name == "lm_head.weight")]
+    if extra:
+        raise ValueError(f"the weights hold tensors this model has not: {_listed(extra)}")
     wrong = [f"{name} {tuple(state[name].shape)} (expected {tuple(shape)})"
              for name, shape in expected.items() if state[name].shape != shape]
     if wrong:

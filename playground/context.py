@@ -53,7 +53,7 @@ from core.schedule import FairShare
 from core.tokenizers import Tokenizer
 from core.train import Trainer
 from core.workers import StepWorkers, shareable
-from playground.pretrained import CATALOGUE, SharedPretrained
+from playground.pretrained import CATALOGUE, SharedPretrained, gguf_kinds
 from playground.rooms import Lesson, Rooms
 from playground.sessions import SessionRegistry
 from playground.settings import Settings
@@ -88,7 +88,8 @@ class AppContext:
     # Where the Train tab's CPU trainings step (made from the settings' `step_workers`; None: in `share`'s turns)
     workers: StepWorkers | None = field(default=None, init=False)
     store: StateStore | None = None  # where models outlive the process (playground.store); None: memory only
-    # The pretrained models every session may read, by CATALOGUE key (made from the settings if None).
+    # The pretrained models every session may read, by key: CATALOGUE's, then the operator's GGUF files
+    # (gguf_kinds of the setting gguf_dir); made from the settings if None.
     pretrained: dict[str, SharedPretrained] | None = None
     # On a ZeroGPU Space: the GPU call that trains a chunk, and the turns the learners' chunks take
     # (`playground.zerogpu`); None elsewhere.
@@ -106,6 +107,8 @@ class AppContext:
         if self.pretrained is None:
             self.pretrained = {key: SharedPretrained(kind, getattr(self.settings, kind.setting))
                                for key, kind in CATALOGUE.items()}
+            self.pretrained.update({key: SharedPretrained(kind, kind.path)
+                                    for key, kind in gguf_kinds(self.settings.gguf_dir).items()})
         if self.rooms is None:
             s = self.settings
             self.rooms = Rooms(self.registry, max_rooms=s.max_rooms, max_learners=s.room_max_learners,

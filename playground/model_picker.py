@@ -1,5 +1,5 @@
 """The "Model" picker at the top of Generate and Attention: the session's own model or a pretrained one
-(every model of `playground.pretrained.CATALOGUE`, in its order).
+(every model of `playground.pretrained.CATALOGUE`, in its order, then the GGUF files the operator offers).
 
     build(ctx, "generate")         # inside the tab's layout: the radio, its note, and their events
 
@@ -17,11 +17,15 @@ import gradio as gr
 
 from playground import validate
 from playground.context import AppContext
-from playground.pretrained import CATALOGUE, Kind, describe, read_only_note, reading
+from playground.pretrained import Kind, describe, read_only_note, reading
 from playground.sessions import Session
 
 YOURS = "yours"
-CHOICES = [("Your model", YOURS)] + [(kind.label, key) for key, kind in CATALOGUE.items()]
+
+
+def choices(ctx: AppContext) -> list[tuple[str, str]]:
+    """The picker's (label, value) pairs: the session's own model, then every model the server offers."""
+    return [("Your model", YOURS)] + [(shared.kind.label, key) for key, shared in ctx.pretrained.items()]
 
 
 class ModelPicker:
@@ -34,18 +38,19 @@ class ModelPicker:
         """(the picker's value, the note under it, ctx.model_changed's new value). When a pretrained model
         cannot be had, the picker goes back to what is read, the reason in the note, and ctx.model_changed
         stays as it is: nothing changed, and its followers would wipe the note."""
-        choice = validate.choice(choice, "Model", [value for _, value in CHOICES])
+        choice = validate.choice(choice, "Model", [value for _, value in choices(self.ctx)])
         session = self.ctx.registry.get(request)
         if choice == YOURS:
             session.pretrained = None
             return YOURS, "", self.described(session)
-        kind = CATALOGUE[choice]
+        kind = self.kind(choice)
         try:
             pretrained = self.ctx.pretrained[choice].get()
         except gr.Error as error:
             gr.Warning(error.message)
             read = YOURS if session.pretrained is None else session.pretrained.source
-            return read, unavailable_note(kind, error.message, session), gr.skip()
+            reads = "your own model" if session.pretrained is None else self.kind(read).title
+            return read, unavailable_note(kind, error.message, reads), gr.skip()
         if session.pretrained is None:
             # It holds no weights of its own, but its analyses are the largest a session keeps (144 heads):
             # their memory is claimed like a model's, so a flood of sessions cannot fill the memory with them.
@@ -62,20 +67,22 @@ class ModelPicker:
         if session is None or session.pretrained is None:
             return YOURS, ""
         source = session.pretrained.source
-        return source, read_only_note(CATALOGUE[source], session.pretrained)
+        return source, read_only_note(self.kind(source), session.pretrained)
 
-    @staticmethod
-    def described(session: Session) -> str:
+    def kind(self, key: str) -> Kind:
+        """The pretrained model the server offers under `key`."""
+        return self.ctx.pretrained[key].kind
+
+    def described(self, session: Session) -> str:
         """What Generate and Attention read, in one line ('' when nothing)."""
         if session.pretrained is not None:
-            return describe(CATALOGUE[session.pretrained.source], session.pretrained)
+            return describe(self.kind(session.pretrained.source), session.pretrained)
         return "" if session.trained is None else session.trained.describe()
 
 
-def unavailable_note(kind: Kind, why: str, session: Session) -> str:
-    """Under the picker when `kind` cannot be had: `why`, what the learner can do now, and apart, for the
-    server's operator, how to provide the weights."""
-    reads = "your own model" if session.pretrained is None else CATALOGUE[session.pretrained.source].title
+def unavailable_note(kind: Kind, why: str, reads: str) -> str:
+    """Under the picker when `kind` cannot be had: `why`, what the learner can do now (Generate and Attention
+    still read `reads`), and apart, for the server's operator, how to provide the weights."""
     return (f"⚠️ **{kind.title} cannot be read here.** {why} Generate and Attention still read {reads}: the "
             "**Train** tab trains a model of your own in seconds, and everything on these tabs works on it.\n\n"
             f"*For whoever runs this server:* {kind.local_advice()}")
@@ -86,7 +93,7 @@ def build(ctx: AppContext, tab_id: str) -> gr.Radio:
     both tabs, public as /use_model on Generate's."""
     handlers = ModelPicker(ctx)
     with gr.Row(equal_height=True):
-        choice = gr.Radio(CHOICES, value=YOURS, label="Model", scale=1, min_width=260,
+        choice = gr.Radio(choices(ctx), value=YOURS, label="Model", scale=1, min_width=260,
                           elem_id=f"{tab_id}-model-choice")
         with gr.Column(scale=2, min_width=280):  # on a phone the note wraps below the picker, full width
             note = gr.Markdown("", elem_id=f"{tab_id}-model-note")

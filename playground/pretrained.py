@@ -1,6 +1,7 @@
 """Pretrained models that Generate and Attention can read, declared once in `CATALOGUE` (OpenAI's GPT-2,
-Hugging Face's SmolLM2-135M): for each, one copy of its weights for the whole server, and for each
-session that reads it a GPT module of its own over those weights.
+Hugging Face's SmolLM2-135M), and the GGUF files the server's operator offers (`gguf_kinds`, from the
+setting gguf_dir): for each, one copy of its weights for the whole server, and for each session that
+reads it a GPT module of its own over those weights.
 
     shared = SharedPretrained(CATALOGUE["gpt2"], settings.gpt2_weights)   # nothing loaded yet
     model = shared.get()             # loaded once (seconds), under a lock; gr.Error if it cannot be
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from core.gguf import ARCHITECTURES, DEFAULT_MAX_BYTES, TYPES, gguf_models, load_gguf
 from core.pretrained import (
     CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, Pretrained, PretrainedUnavailable, load_gpt2, load_llama,
 )
@@ -50,6 +52,16 @@ class Kind:
         return f"{self.title} (pretrained)"
 
     @property
+    def origin(self) -> str:
+        """Where it comes from, for display."""
+        return f"pretrained by {self.maker} on {self.corpus}"
+
+    @property
+    def unreadable(self) -> str:
+        """Why it cannot be had when its files are there but wrong (the details go to the log)."""
+        return f"its files are not a {self.title} this app can run"
+
+    @property
     def setting(self) -> str:
         return f"{self.key}_weights"
 
@@ -59,6 +71,42 @@ class Kind:
         return (f"To use a local copy, start the app with `{ENV_PREFIX}{self.setting.upper()}={folder}`: a folder "
                 f"holding {', '.join(self.files)}, e.g. made with "
                 f"`huggingface-cli download {self.repo} {files} --local-dir {folder}`.")
+
+
+@dataclass(frozen=True)
+class GGUFKind(Kind):
+    """A GGUF file the operator offers (the setting gguf_dir), under the name the picker shows: its path stays
+    on the server."""
+
+    path: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.title} (GGUF file)"
+
+    @property
+    def origin(self) -> str:
+        return "a GGUF file on this server"
+
+    @property
+    def unreadable(self) -> str:
+        return "its file is not a GGUF model this app can read"
+
+    def local_advice(self) -> str:
+        return (f"The server reads it from `{ENV_PREFIX}GGUF_DIR`: a GGUF file of a {' or '.join(ARCHITECTURES)} model "
+                f"whose tensors are {', '.join(t.name for t in TYPES)}, of at most {DEFAULT_MAX_BYTES / 1e9:.1f} GB as "
+                "float32 (the server's log says what this one is not).")
+
+
+GGUF_PREFIX = "gguf:"  # a GGUF kind's key is this and the model's name
+
+
+def gguf_kinds(folder: str) -> dict[str, GGUFKind]:
+    """The GGUF models of the operator's folder (or file), keyed "gguf:NAME"; none when `folder` is ""."""
+    if not folder:
+        return {}
+    return {GGUF_PREFIX + name: GGUFKind(GGUF_PREFIX + name, name, "", "", load_gguf, "", (), str(path))
+            for name, path in gguf_models(folder).items()}
 
 
 CATALOGUE: dict[str, Kind] = {kind.key: kind for kind in (
@@ -95,8 +143,7 @@ class SharedPretrained:
                 # the details (paths, causes) for the operator's log; the message below for the user
                 log.warning("%s from %r could not be loaded: %s", self.kind.title, self.weights, error)
                 why = ("it could not be downloaded from the Hugging Face Hub (is this server offline?)"
-                       if isinstance(error, PretrainedUnavailable) else
-                       f"its files are not a {self.kind.title} this app can run")
+                       if isinstance(error, PretrainedUnavailable) else self.kind.unreadable)
                 message = f"{self.kind.title}'s weights are not available on this server: {why}."
                 self._failed = (self._clock(), message)
                 raise gr.Error(message, print_exception=False) from None
@@ -107,15 +154,14 @@ class SharedPretrained:
 
 def reading(kind: Kind, pretrained: Pretrained) -> TrainedModel:
     """What a session reads of a pretrained model: a module of its own over the shared weights, nothing to train."""
-    return TrainedModel(pretrained.view(), pretrained.tokenizer, f"{kind.corpus} ({kind.maker}'s {kind.title})",
-                        source=kind.key)
+    return TrainedModel(pretrained.view(), pretrained.tokenizer, f"{kind.title} ({kind.origin})", source=kind.key)
 
 
 def describe(kind: Kind, read: TrainedModel) -> str:
     """One line about a pretrained model for the tabs (the value of ctx.model_changed)."""
     c = read.model.config
     heads = f"{c.n_head} heads" if c.kv_heads == c.n_head else f"{c.n_head} heads sharing {c.kv_heads} key/value heads"
-    return (f"{kind.title} (pretrained by {kind.maker} on {kind.corpus}): {c.n_layer} layers x {heads}, "
+    return (f"{kind.title} ({kind.origin}): {c.n_layer} layers x {heads}, "
             f"{c.n_embd} channels, context {c.block_size}, vocabulary {c.vocab_size:,}; read-only: this server "
             "trains only small models, on the Train tab.")
 

@@ -97,6 +97,10 @@ class Settings:
     # never by a client.
     gpt2_weights: str = "gpt2"
     smollm2_weights: str = "HuggingFaceTB/SmolLM2-135M"
+    # GGUF models Generate and Attention may read too (playground.pretrained.gguf_kinds): a folder of .gguf files,
+    # an Ollama models folder (~/.ollama/models: its models by name:tag), or one .gguf file; "" offers none. The
+    # picker offers them by name: a request names one of these, never a path.
+    gguf_dir: str = ""
     # The state store (playground.store): a folder or any fsspec URL several servers may share ("off":
     # models in memory only), and the most it may hold; least recently written models go first.
     state_dir: str = field(default_factory=lambda: default_state_dir(os.environ))

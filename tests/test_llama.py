@@ -123,3 +123,29 @@ def test_a_mistral_with_a_sliding_window_matches_transformers(tmp_path):
     with torch.no_grad():
         theirs = hf.generate(prompt, max_new_tokens=10, do_sample=False, pad_token_id=0)
     assert torch.equal(generate(ours.model, prompt, 10, temperature=0), theirs)
+
+
+def test_a_qwen2_with_its_query_key_and_value_biases_matches_transformers(tmp_path):
+    # Qwen2's layout is Llama's, with biases on q, k and v: stacked into our qkv's bias like the weights.
+    torch.manual_seed(4)
+    config = transformers.Qwen2Config(
+        vocab_size=len(WORDS) + 1, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=True)
+    hf = transformers.Qwen2ForCausalLM(config).eval()
+    hf.set_attn_implementation("eager")
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            p.copy_(torch.randn_like(p) * 0.3 + (1.0 if "norm" in name else 0.0))
+    ours = load_llama(saved(hf, tmp_path))
+    assert ours.model.config.qkv_bias and not ours.model.config.bias and ours.model.config.window is None
+    ids = torch.tensor([ours.tokenizer.encode(TEXT)])
+    with torch.no_grad():
+        expected = hf(ids, output_attentions=True)
+        logits, _, attentions = ours.model(ids, return_attention=True)
+    assert torch.allclose(logits, expected.logits, atol=1e-5)
+    for mine, theirs in zip(attentions, expected.attentions):
+        assert torch.allclose(mine, theirs, atol=1e-5)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "use_sliding_window": True, "sliding_window": 8}))
+    with pytest.raises(ValueError, match="Qwen2 slides only some layers' windows"):
+        load_llama(str(tmp_path))

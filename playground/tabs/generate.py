@@ -80,6 +80,7 @@ class GenerateHandlers:
     def __init__(self, ctx: AppContext) -> None:
         self.settings = ctx.settings
         self.registry = ctx.registry
+        self.picker = model_picker.ModelPicker(ctx)
 
     def generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, stop_at_line_end=True,
                  request: gr.Request = None) -> Iterator[tuple]:
@@ -171,7 +172,7 @@ class GenerateHandlers:
             return NO_MODEL
         config = session.reading.model.config
         unmasked = f" {NO_MASK_WRITES}" if config.use_attention and not config.causal else ""
-        return f"**Model:** {model_picker.ModelPicker.described(session)}{unmasked}"
+        return f"**Model:** {self.picker.described(session)}{unmasked}"
 
     def line_end_option(self, request: gr.Request):
         """The "Stop at the end of the answer line" checkbox, shown only for a model trained on a task."""
