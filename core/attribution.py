@@ -28,7 +28,7 @@ from torch import nn
 
 from core.checks import check_attention, check_head, check_token, evaluating, ids_tensor
 from core.hooks import HookPoint
-from core.model import GPT
+from core.model import GPT, KVCache
 
 MAX_CIRCUIT_VOCAB = 512  # a (V, V) circuit is drawn whole; past this size it is neither legible nor cheap
 # Patching divides each part's effect by the gap between the clean and corrupted logit differences. Below a
@@ -38,6 +38,9 @@ MIN_PATCH_GAP = 0.1
 # What `patch` can patch, by hook point: the residual stream (hook_embed, then each block's hook_resid_post)
 # at one layer and position, and each head's output (attn.hook_z) at every position.
 PATCH_PARTS = ("hook_resid_post", "hook_z")
+# `patch` runs its patched copies in batches of about this many bytes (`_copy_bytes` each): GPT-2's names pair
+# fits in one batch per layer; a long text runs a few copies at a time rather than hold them all at once.
+PATCH_BATCH_BYTES = 64 * 2**20
 
 
 def _check_decomposable(model: GPT) -> None:
@@ -173,17 +176,42 @@ def first_difference(clean: list[int], corrupted: list[int]) -> int:
 
 def patch_macs(config, n_tokens: int, first_different: int = 0) -> int:
     """At most how many multiply-adds `patch` does on texts of `n_tokens` that differ from position
-    `first_different` on: every (layer, position from there) of the stream and every head runs the
-    layers after it (fewer where the streams agree, as the embeddings of unchanged tokens do). A
-    server caps the tokens by it."""
+    `first_different` on: the clean and corrupted runs, then every (layer, position from there) of the
+    stream and every head runs the layers after it, on the positions from there (fewer copies where the
+    streams agree, as the embeddings of unchanged tokens do). A server caps the tokens by it."""
     C, L, H = config.n_embd, config.n_layer, config.n_head
     kv = config.kv_heads * config.head_size
     feed_forward = (3 if config.activation == "swiglu" else 2) * C * config.ffn_hidden
     per_token_layer = C * (C + 2 * kv) + C * C + feed_forward + 2 * C * n_tokens
-    places = n_tokens - first_different  # the positions patched in the stream
+    computed = n_tokens - (first_different if config.causal else 0)  # the positions each copy computes
     later_layers = sum(L - row for row in range(L + 1))  # the stream rows, each runs the layers after it
-    copies = places * later_layers + H * sum(L - layer for layer in range(L))
-    return copies * n_tokens * per_token_layer + (places * (L + 1) + H * L) * config.vocab_size * C
+    copies = computed * later_layers + H * sum(L - layer for layer in range(L))
+    runs = 2 * n_tokens * (L * per_token_layer + config.vocab_size * C)
+    return runs + copies * computed * per_token_layer + (computed * (L + 1) + H * L) * 2 * C
+
+
+class _SharedPrefix(KVCache):
+    """The keys and values of the positions before the texts' first difference, the same in the clean, the
+    corrupted and every patched run (attention is causal): each layer reads them for all the copies in a
+    batch, and nothing is added to them, so the copies compute only the positions after."""
+
+    def __init__(self, full: KVCache, length: int) -> None:
+        super().__init__(0)
+        self.layers = [(k[:, :, :length], v[:, :, :length]) for k, v in full.layers]
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        past_k, past_v = self.layers[layer]
+        return (torch.cat([past_k.expand(k.size(0), -1, -1, -1), k], dim=2),
+                torch.cat([past_v.expand(v.size(0), -1, -1, -1), v], dim=2))
+
+
+def _copy_bytes(config, computed: int, seen: int) -> int:
+    """About the most memory one patched copy holds in a block: `computed` positions of the stream, the
+    query, key and value projections, the feed-forward's hidden layer, keys and values over `seen`
+    positions, and the attention scores. `patch` sizes its batches by it."""
+    C, H, kv = config.n_embd, config.n_head, config.kv_heads * config.head_size
+    per_position = 6 * C + 2 * kv + 3 * config.ffn_hidden
+    return 4 * (computed * per_position + 2 * seen * C + 3 * H * computed * seen)
 
 
 def _checked_ids(model: GPT, name: str, ids: list[int]) -> list[int]:
@@ -203,12 +231,19 @@ def _checked_parts(parts: str | Iterable[str]) -> set[str]:
 
 
 def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None = None,
-          alternative: int | None = None, parts: str | Iterable[str] = PATCH_PARTS) -> Patching:
+          alternative: int | None = None, parts: str | Iterable[str] = PATCH_PARTS,
+          batch_bytes: int = PATCH_BATCH_BYTES) -> Patching:
     """Patch the clean run into the corrupted one, part by part, and read the logit difference at
     the last position. `parts` names the hook points patched (PATCH_PARTS, both by default): the
     stream at each layer and position, each head's output everywhere; a part not asked for is None.
     Defaults: the clean text's prediction against the corrupted one's (the clean runner-up when both
-    predict the same). Under MIN_PATCH_GAP apart, no part is run."""
+    predict the same). Under MIN_PATCH_GAP apart, no part is run.
+
+    The patched copies run in batches along the batch dimension, about `batch_bytes` at a time: the copies
+    that start at one block (the stream entering it at each place, each of its heads) together, from that
+    block on, and only from the texts' first difference on, reading the positions before it from the
+    corrupted run's keys and values (the same in every run). Each copy's share is what a forward pass of
+    its own, patched in that one place, gives."""
     _check_decomposable(model)
     parts = _checked_parts(parts)
     if len(_checked_ids(model, "clean", clean)) != len(_checked_ids(model, "corrupted", corrupted)):
@@ -217,18 +252,20 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
     if clean == corrupted:
         raise ValueError("the clean and corrupted texts are the same, so there is nothing to restore: change "
                          "the corrupted text where the answer depends on it")
-    L, H = len(model.blocks), model.config.n_head
+    L, H, T = len(model.blocks), model.config.n_head, len(clean)
     stream_names = model.stream_names()  # row l: the stream entering block l; row L: after the last
     z_names = [block.attn.hook_z.name for block in model.blocks]
 
-    def run(ids: list[int]) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    def run(ids: list[int], cache: KVCache | None = None):
         """Last-position logits (V,), the stream rows [(T, C)] * (L + 1), each layer's z (H, T, D)."""
-        logits, cache = model.run_with_cache(ids_tensor(model, ids), names=stream_names + z_names)
-        return logits[0, -1].float(), [cache[name][0] for name in stream_names], [cache[name][0] for name in z_names]
+        with model.caching(stream_names + z_names) as seen:
+            logits = model(ids_tensor(model, ids), cache=cache)[0]
+        return logits[0, -1].float(), [seen[name][0] for name in stream_names], [seen[name][0] for name in z_names]
 
     with evaluating(model):
+        keys_and_values = model.new_cache()
         clean_logits, clean_streams, clean_z = run(clean)
-        corrupted_logits, corrupted_streams, _ = run(corrupted)
+        corrupted_logits, corrupted_streams, _ = run(corrupted, keys_and_values)
         target = clean_logits.argmax().item() if target is None else check_token(model, "target", target)
         if alternative is None:
             alternative = corrupted_logits.argmax().item()
@@ -238,6 +275,10 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
         if alternative == target:
             raise ValueError("the alternative must be a different token from the target")
 
+        # logit(target) - logit(alternative) of the final stream: the LM head's two rows, not all V of them
+        direction = (model.lm_head.weight[target] - model.lm_head.weight[alternative]).float()
+        offset = 0.0 if model.lm_head.bias is None else (model.lm_head.bias[target] - model.lm_head.bias[alternative]).float()
+
         def difference(logits: torch.Tensor) -> torch.Tensor:
             return logits[..., target] - logits[..., alternative]
 
@@ -246,33 +287,47 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
         if gap.abs() < MIN_PATCH_GAP:
             return Patching(target, alternative, clean_difference.item(), corrupted_difference.item(), None, None)
 
-        def restored(x: torch.Tensor, first_block: int) -> torch.Tensor:
-            """Run copies x (N, T, C) from block `first_block` on: each copy's restored share (N,)."""
-            logits = model.lm_head(model.ln_f(model.run_from(x, first_block)[:, -1])).float()  # (N, V)
-            return ((difference(logits) - corrupted_difference) / gap).cpu()
+        # Causal attention: before the first difference every run, patched or not, is the same.
+        shared = first_difference(clean, corrupted) if model.config.causal else 0
+        prefix = _SharedPrefix(keys_and_values, shared) if shared else None
+        per_batch = max(1, batch_bytes // _copy_bytes(model.config, T - shared, T))
 
-        residual = None
-        if "hook_resid_post" in parts:
-            residual = torch.zeros(L + 1, len(clean))
-            for row in range(L + 1):
+        def restored(first: int, places: list[int], heads: list[int]) -> torch.Tensor:
+            """Shares (N,) of copies entering block `first`: the stream clean at each of `places` (one
+            copy each), then each of the block's `heads` clean everywhere (one copy each)."""
+            rows = torch.arange(len(places) + len(heads))
+            x = corrupted_streams[first][shared:].expand(len(rows), -1, -1).clone()  # (N, T - shared, C)
+            x[rows[:len(places)], torch.tensor(places, dtype=torch.long) - shared] = clean_streams[first][places]
+
+            def take_clean(z: torch.Tensor, _hook: HookPoint) -> torch.Tensor:  # (N, H, T - shared, D)
+                z = z.clone()
+                z[rows[len(places):], heads] = clean_z[first][heads, shared:]
+                return z
+
+            with model.hooks([(z_names[first], take_clean)] if heads else []):
+                last = model.run_from(x, first, prefix)[:, -1]  # (N, C)
+            return ((model.ln_f(last).float() @ direction + offset - corrupted_difference) / gap).cpu()
+
+        residual = torch.zeros(L + 1, T) if "hook_resid_post" in parts else None
+        heads = torch.zeros(L, H) if "hook_z" in parts else None
+        for first in range(L + 1):
+            copies: list[tuple[str, int]] = []
+            if residual is not None:
                 # Where both runs carry the same vector (every position before the first change, and at the
-                # embeddings every unchanged token), patching restores 0: no run needed.
-                places = (clean_streams[row] != corrupted_streams[row]).any(-1).nonzero()[:, 0]  # (N,)
-                x = corrupted_streams[row].expand(len(places), -1, -1).clone()  # copy i: clean at places[i]
-                x[torch.arange(len(places)), places] = clean_streams[row][places]
-                if len(places):
-                    residual[row, places] = restored(x, row)
-
-        heads = None
-        if "hook_z" in parts:
-            heads = torch.zeros(L, H)
-            for layer in range(L):  # copy h takes head h's clean output at every position
-                def take_clean(z: torch.Tensor, _hook: HookPoint, layer: int = layer) -> torch.Tensor:
-                    z = z.clone()
-                    z[torch.arange(H), torch.arange(H)] = clean_z[layer]
-                    return z
-                with model.hooks([(z_names[layer], take_clean)]):
-                    heads[layer] = restored(corrupted_streams[layer].expand(H, -1, -1), layer)
+                # embeddings every unchanged token), patching restores 0: no copy needed.
+                differs = (clean_streams[first] != corrupted_streams[first]).any(-1).nonzero()[:, 0].tolist()
+                copies += [("place", place) for place in differs]
+            if heads is not None and first < L:
+                copies += [("head", head) for head in range(H)]
+            for start in range(0, len(copies), per_batch):
+                batch = copies[start:start + per_batch]
+                places = [index for kind, index in batch if kind == "place"]
+                chosen = [index for kind, index in batch if kind == "head"]
+                shares = restored(first, places, chosen)
+                if places:
+                    residual[first, places] = shares[:len(places)]
+                if chosen:
+                    heads[first, chosen] = shares[len(places):]
     return Patching(target, alternative, clean_difference.item(), corrupted_difference.item(), residual, heads)
 
 
