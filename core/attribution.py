@@ -5,6 +5,7 @@ Knock-outs (`core.interventions`) say that a head matters; these say what it doe
     parts = logit_attribution(model, ids, position=7)           # each head's share of logit(A) - logit(B)
     patched = patch(model, clean_ids, corrupted_ids)           # how much of the clean answer each part restores
     circuit = circuits(model, layer=1, head=0)                 # (V, V): what a head looks for, what it writes
+    effects = head_effects(patched)                            # (L, H) each head's share, for the summary
 
 The residual stream at the end is a sum: the embeddings, each head's output through its slice of
 the output projection, each feed-forward layer's output and the biases. The final norm divides
@@ -35,6 +36,9 @@ MAX_CIRCUIT_VOCAB = 512  # a (V, V) circuit is drawn whole; past this size it is
 # tenth of a logit (the two answers' odds moving by about 10% between the texts) the corruption barely touched
 # the answer, and the shares are small effects over almost nothing: a gap of 0.004 gave heads -2.9 to +1.7.
 MIN_PATCH_GAP = 0.1
+# A head whose share of the answer's lead (patched or attributed) is at least this, either way, has a large
+# effect: the Attention tab's summary says so beside its pattern label, whatever the label.
+LARGE_EFFECT = 0.1
 # What `patch` can patch, by hook point: the residual stream (hook_embed, then each block's hook_resid_post)
 # at one layer and position, and each head's output (attn.hook_z) at every position.
 PATCH_PARTS = ("hook_resid_post", "hook_z")
@@ -329,6 +333,42 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
                 if chosen:
                     heads[first, chosen] = shares[len(places):]
     return Patching(target, alternative, clean_difference.item(), corrupted_difference.item(), residual, heads)
+
+
+@dataclass(frozen=True)
+class HeadEffects:
+    """Each head's measured effect on one answer of a text, as a share of that answer's lead: by patching
+    (the share of the clean answer's lead that the head's clean output restores) or by direct logit
+    attribution (its direct part of logit(A) - logit(B) over that difference). Pattern labels say where a
+    head looks; these say what it does to the answer, and the two can disagree."""
+
+    method: str  # "patching" or "attribution"
+    target: int  # token id A
+    alternative: int  # token id B
+    shares: torch.Tensor  # (L, H)
+
+    def large(self) -> torch.Tensor:
+        """(L, H) booleans: the heads whose share is at least LARGE_EFFECT either way."""
+        return self.shares.abs() >= LARGE_EFFECT
+
+    def ranked(self) -> list[tuple[int, int, float]]:
+        """(layer, head, share) of the heads with a large effect, the largest first (by size)."""
+        layers, heads = self.large().nonzero(as_tuple=True)
+        found = [(layer, head, self.shares[layer, head].item()) for layer, head in zip(layers.tolist(), heads.tolist())]
+        return sorted(found, key=lambda item: -abs(item[2]))
+
+
+def head_effects(result: Patching | Attribution) -> HeadEffects | None:
+    """Each head's share of the answer's lead from a patching or an attribution; None where there are no
+    shares (a patching whose gap is under MIN_PATCH_GAP, or without heads; an attribution whose
+    difference is under MIN_PATCH_GAP, the same reason: a share of almost nothing means nothing)."""
+    if isinstance(result, Patching):
+        if not result.meaningful or result.heads is None:
+            return None
+        return HeadEffects("patching", result.target, result.alternative, result.heads.clone())
+    if abs(result.difference) < MIN_PATCH_GAP:
+        return None
+    return HeadEffects("attribution", result.target, result.alternative, result.heads / result.difference)
 
 
 @dataclass(frozen=True)

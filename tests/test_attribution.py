@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from core.attribution import (MAX_CIRCUIT_VOCAB, MIN_PATCH_GAP, PATCH_PARTS, circuits, logit_attribution, patch,
-                              patch_macs)
+from core.attribution import (LARGE_EFFECT, MAX_CIRCUIT_VOCAB, MIN_PATCH_GAP, PATCH_PARTS, circuits, head_effects,
+                              logit_attribution, patch, patch_macs)
 from core.config import GPTConfig
 from core.interventions import head_steps
 from core.model import GPT
@@ -168,6 +168,29 @@ def test_patching_draws_no_shares_of_a_gap_too_small_to_mean_anything():
     assert len(calls) == 2  # the clean run and the corrupted one: no part was patched
     lively = patch(random_model(), clean, corrupted)  # far from its initialisation: a gap worth sharing
     assert abs(lively.gap) >= MIN_PATCH_GAP and lively.meaningful and lively.heads.shape == (3, 4)
+
+
+def test_head_effects_are_patchings_shares_or_the_attributions_over_the_difference():
+    model = random_model()
+    clean = torch.randint(30, (10,), generator=torch.Generator().manual_seed(2)).tolist()
+    corrupted = clean[:3] + [(clean[3] + 1) % 30] + clean[4:]
+    patched = patch(model, clean, corrupted)
+    effects = head_effects(patched)
+    assert effects.method == "patching" and torch.equal(effects.shares, patched.heads)
+    assert (effects.target, effects.alternative) == (patched.target, patched.alternative)
+    attributed = logit_attribution(model, clean)
+    direct = head_effects(attributed)
+    assert direct.method == "attribution" and torch.allclose(direct.shares * attributed.difference, attributed.heads)
+    assert torch.equal(direct.large(), direct.shares.abs() >= LARGE_EFFECT) and direct.large().any()
+    sizes = [abs(share) for _, _, share in direct.ranked()]
+    assert sizes == sorted(sizes, reverse=True) and len(sizes) == direct.large().sum()
+    # no shares of almost nothing: a patching whose gap is too small, an attribution between near-equal tokens
+    fresh = GPT(GPTConfig(vocab_size=30, n_layer=2, n_head=4, n_embd=32, block_size=16),
+                generator=torch.Generator().manual_seed(0))
+    assert head_effects(patch(fresh, list(range(10)), list(range(3)) + [29] + list(range(4, 10)))) is None
+    ranked = fresh.eval()(torch.tensor([list(range(10))]))[0][0, -1].sort(descending=True).indices.tolist()
+    close = logit_attribution(fresh, list(range(10)), target=ranked[1], alternative=ranked[2])
+    assert abs(close.difference) < MIN_PATCH_GAP and head_effects(close) is None
 
 
 def test_the_qk_circuit_is_the_heads_own_score_on_the_direct_path():
