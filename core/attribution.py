@@ -190,7 +190,7 @@ def patch_macs(config, n_tokens: int, first_different: int = 0) -> int:
     computed = n_tokens - (first_different if config.causal else 0)  # the positions each copy computes
     later_layers = sum(L - row for row in range(L + 1))  # the stream rows, each runs the layers after it
     copies = computed * later_layers + H * sum(L - layer for layer in range(L))
-    runs = 2 * n_tokens * (L * per_token_layer + config.vocab_size * C)
+    runs = 2 * (n_tokens * L * per_token_layer + config.vocab_size * C)  # the clean and corrupted: last logits only
     return runs + copies * computed * per_token_layer + (computed * (L + 1) + H * L) * 2 * C
 
 
@@ -263,7 +263,7 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
     def run(ids: list[int], cache: KVCache | None = None):
         """Last-position logits (V,), the stream rows [(T, C)] * (L + 1), each layer's z (H, T, D)."""
         with model.caching(stream_names + z_names) as seen:
-            logits = model(ids_tensor(model, ids), cache=cache)[0]
+            logits = model(ids_tensor(model, ids), cache=cache, last_only=True)[0]
         return logits[0, -1].float(), [seen[name][0] for name in stream_names], [seen[name][0] for name in z_names]
 
     with evaluating(model):
