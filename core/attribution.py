@@ -243,11 +243,12 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
     Defaults: the clean text's prediction against the corrupted one's (the clean runner-up when both
     predict the same). Under MIN_PATCH_GAP apart, no part is run.
 
-    The patched copies run in batches along the batch dimension, about `batch_bytes` at a time: the copies
-    that start at one block (the stream entering it at each place, each of its heads) together, from that
-    block on, and only from the texts' first difference on, reading the positions before it from the
-    corrupted run's keys and values (the same in every run). Each copy's share is what a forward pass of
-    its own, patched in that one place, gives."""
+    The patched copies run in batches along the batch dimension, about `batch_bytes` at a time: each copy
+    joins its batch at the first block it changes (the stream entering that block at one place, or one of
+    the block's heads), so each block runs once for every copy that has reached it; and each computes only
+    the positions from the texts' first difference on, reading those before it from the corrupted run's keys
+    and values (the same in every run). Each copy's share is what a forward pass of its own, patched in that
+    one place, gives."""
     _check_decomposable(model)
     parts = _checked_parts(parts)
     if len(_checked_ids(model, "clean", clean)) != len(_checked_ids(model, "corrupted", corrupted)):
@@ -296,42 +297,52 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
         prefix = _SharedPrefix(keys_and_values, shared) if shared else None
         per_batch = max(1, batch_bytes // _copy_bytes(model.config, T - shared, T))
 
-        def restored(first: int, places: list[int], heads: list[int]) -> torch.Tensor:
-            """Shares (N,) of copies entering block `first`: the stream clean at each of `places` (one
-            copy each), then each of the block's `heads` clean everywhere (one copy each)."""
-            rows = torch.arange(len(places) + len(heads))
-            x = corrupted_streams[first][shared:].expand(len(rows), -1, -1).clone()  # (N, T - shared, C)
-            x[rows[:len(places)], torch.tensor(places, dtype=torch.long) - shared] = clean_streams[first][places]
+        def restored(batch: list[tuple[int, int, int | None]]) -> torch.Tensor:
+            """Shares (N,) of a batch of copies (first block, place, head), in the order of their first
+            blocks. Each joins the batch at its first block, as the corrupted stream there made clean at
+            its place (a stream copy: head None) or with its head's clean output in that block (a head
+            copy: place None); the batch grows block by block, so each block runs once for all its copies."""
+            x = None
+            for layer in range(batch[0][0], L + 1):
+                joining = [(row, place, head) for row, (first, place, head) in enumerate(batch) if first == layer]
+                new = corrupted_streams[layer][shared:].expand(len(joining), -1, -1).clone()  # (n, T - shared, C)
+                cleaned = [(index, place) for index, (_, place, head) in enumerate(joining) if head is None]
+                if cleaned:
+                    indices, places = (list(column) for column in zip(*cleaned))
+                    new[indices, [place - shared for place in places]] = clean_streams[layer][places]
+                x = new if x is None else torch.cat([x, new])
+                if layer == L:
+                    break
+                rows, chosen = [row for row, _, head in joining if head is not None], \
+                    [head for _, _, head in joining if head is not None]
 
-            def take_clean(z: torch.Tensor, _hook: HookPoint) -> torch.Tensor:  # (N, H, T - shared, D)
-                z = z.clone()
-                z[rows[len(places):], heads] = clean_z[first][heads, shared:]
-                return z
+                def take_clean(z: torch.Tensor, _hook: HookPoint, layer: int = layer) -> torch.Tensor:
+                    z = z.clone()  # (N, H, T - shared, D): each head copy joining here takes its head's clean output
+                    z[rows, chosen] = clean_z[layer][chosen, shared:]
+                    return z
 
-            with model.hooks([(z_names[first], take_clean)] if heads else []):
-                last = model.run_from(x, first, prefix)[:, -1]  # (N, C)
-            return ((model.ln_f(last).float() @ direction + offset - corrupted_difference) / gap).cpu()
+                with model.hooks([(z_names[layer], take_clean)] if rows else []):
+                    x = model.blocks[layer](x, prefix, layer)
+            return ((model.ln_f(x[:, -1]).float() @ direction + offset - corrupted_difference) / gap).cpu()
 
-        residual = torch.zeros(L + 1, T) if "hook_resid_post" in parts else None
-        heads = torch.zeros(L, H) if "hook_z" in parts else None
+        copies: list[tuple[int, int | None, int | None]] = []  # (first block, place, head), by first block
         for first in range(L + 1):
-            copies: list[tuple[str, int]] = []
-            if residual is not None:
+            if "hook_resid_post" in parts:
                 # Where both runs carry the same vector (every position before the first change, and at the
                 # embeddings every unchanged token), patching restores 0: no copy needed.
                 differs = (clean_streams[first] != corrupted_streams[first]).any(-1).nonzero()[:, 0].tolist()
-                copies += [("place", place) for place in differs]
-            if heads is not None and first < L:
-                copies += [("head", head) for head in range(H)]
-            for start in range(0, len(copies), per_batch):
-                batch = copies[start:start + per_batch]
-                places = [index for kind, index in batch if kind == "place"]
-                chosen = [index for kind, index in batch if kind == "head"]
-                shares = restored(first, places, chosen)
-                if places:
-                    residual[first, places] = shares[:len(places)]
-                if chosen:
-                    heads[first, chosen] = shares[len(places):]
+                copies += [(first, place, None) for place in differs]
+            if "hook_z" in parts and first < L:
+                copies += [(first, None, head) for head in range(H)]
+        residual = torch.zeros(L + 1, T) if "hook_resid_post" in parts else None
+        heads = torch.zeros(L, H) if "hook_z" in parts else None
+        for start in range(0, len(copies), per_batch):
+            batch = copies[start:start + per_batch]
+            for (first, place, head), share in zip(batch, restored(batch).tolist()):
+                if head is None:
+                    residual[first, place] = share
+                else:
+                    heads[first, head] = share
     return Patching(target, alternative, clean_difference.item(), corrupted_difference.item(), residual, heads)
 
 
