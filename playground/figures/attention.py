@@ -287,8 +287,8 @@ def _pattern_columns(name: str) -> Iterator[tuple[str, int, Cell]]:
 # head's summary and the heads' measured effects (None where there are none).
 SUMMARY_COLUMNS: list[tuple[str, int, Cell]] = [
     ("layer", 60, lambda s, _e: s.layer), ("head", 54, lambda s, _e: s.head), ("label", 130, _label_cell),
-    ("effect", 62, lambda s, e: "-" if _share(e, s) is None else f"{_share(e, s):+.0%}"),
-    ("score", 60, lambda s, _e: _fmt(s.score)), ("what it does", 228, lambda s, _e: s.explanation),
+    ("effect", 70, lambda s, e: "-" if _share(e, s) is None else f"{_share(e, s):+.0%}"),
+    ("score", 60, lambda s, _e: _fmt(s.score)), ("what it does", 220, lambda s, _e: s.explanation),
     ("bits", 54, lambda s, _e: _fmt(s.entropy)), ("spread", 68, lambda s, _e: _fmt(s.normalized_entropy)),
     *(column for name in PATTERNS for column in _pattern_columns(name)),
 ]
