@@ -282,7 +282,8 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
 
         # logit(target) - logit(alternative) of the final stream: the LM head's two rows, not all V of them
         direction = (model.lm_head.weight[target] - model.lm_head.weight[alternative]).float()
-        offset = 0.0 if model.lm_head.bias is None else (model.lm_head.bias[target] - model.lm_head.bias[alternative]).float()
+        bias = model.lm_head.bias
+        offset = 0.0 if bias is None else (bias[target] - bias[alternative]).float()
 
         def difference(logits: torch.Tensor) -> torch.Tensor:
             return logits[..., target] - logits[..., alternative]

@@ -82,8 +82,8 @@ def test_patching_the_analysed_text_gives_the_heads_summary_its_shares(handlers,
         share = expected.shares[row[0], row[1]].item()
         assert row[effect] == f"{share:+.0%}"
         assert ("of the effect" in row[label]) == (abs(share) >= LARGE_EFFECT)
-    largest = expected.ranked()[0]
-    assert f"L{largest[0]} H{largest[1]}" in patched and f"{largest[2]:+.0%}</b>" in board.data[0].text[largest[0]][largest[1]]
+    layer, head, share = expected.ranked()[0]
+    assert f"L{layer} H{head}" in patched and f"{share:+.0%}</b>" in board.data[0].text[layer][head]
     # a clean text other than the one analysed: the summary keeps its effects
     *_, kept = handlers.patching.patching(CLEAN[:-1] + "d", CORRUPTED[:-1] + "d", "alice")
     assert kept == gr.skip() and session.attention.effects.method == "patching"

@@ -20,8 +20,8 @@ from typing import Protocol
 
 import gradio as gr
 
-from core.attribution import LARGE_EFFECT, MIN_PATCH_GAP, HeadEffects
 from core.attention import HeadSummary
+from core.attribution import LARGE_EFFECT, MIN_PATCH_GAP, HeadEffects
 from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
