@@ -5,6 +5,7 @@ Knock-outs (`core.interventions`) say that a head matters; these say what it doe
     parts = logit_attribution(model, ids, position=7)           # each head's share of logit(A) - logit(B)
     patched = patch(model, clean_ids, corrupted_ids)           # how much of the clean answer each part restores
     circuit = circuits(model, layer=1, head=0)                 # (V, V): what a head looks for, what it writes
+    effects = head_effects(patched)                            # (L, H) each head's share, for the summary
 
 The residual stream at the end is a sum: the embeddings, each head's output through its slice of
 the output projection, each feed-forward layer's output and the biases. The final norm divides
@@ -28,16 +29,22 @@ from torch import nn
 
 from core.checks import check_attention, check_head, check_token, evaluating, ids_tensor
 from core.hooks import HookPoint
-from core.model import GPT
+from core.model import GPT, KVCache
 
 MAX_CIRCUIT_VOCAB = 512  # a (V, V) circuit is drawn whole; past this size it is neither legible nor cheap
 # Patching divides each part's effect by the gap between the clean and corrupted logit differences. Below a
 # tenth of a logit (the two answers' odds moving by about 10% between the texts) the corruption barely touched
 # the answer, and the shares are small effects over almost nothing: a gap of 0.004 gave heads -2.9 to +1.7.
 MIN_PATCH_GAP = 0.1
+# A head whose share of the answer's lead (patched or attributed) is at least this, either way, has a large
+# effect: the Attention tab's summary says so beside its pattern label, whatever the label.
+LARGE_EFFECT = 0.1
 # What `patch` can patch, by hook point: the residual stream (hook_embed, then each block's hook_resid_post)
 # at one layer and position, and each head's output (attn.hook_z) at every position.
 PATCH_PARTS = ("hook_resid_post", "hook_z")
+# `patch` runs its patched copies in batches of about this many bytes (`_copy_bytes` each): GPT-2's names pair
+# fits in one batch per layer; a long text runs a few copies at a time rather than hold them all at once.
+PATCH_BATCH_BYTES = 64 * 2**20
 
 
 def _check_decomposable(model: GPT) -> None:
@@ -173,17 +180,42 @@ def first_difference(clean: list[int], corrupted: list[int]) -> int:
 
 def patch_macs(config, n_tokens: int, first_different: int = 0) -> int:
     """At most how many multiply-adds `patch` does on texts of `n_tokens` that differ from position
-    `first_different` on: every (layer, position from there) of the stream and every head runs the
-    layers after it (fewer where the streams agree, as the embeddings of unchanged tokens do). A
-    server caps the tokens by it."""
+    `first_different` on: the clean and corrupted runs, then every (layer, position from there) of the
+    stream and every head runs the layers after it, on the positions from there (fewer copies where the
+    streams agree, as the embeddings of unchanged tokens do). A server caps the tokens by it."""
     C, L, H = config.n_embd, config.n_layer, config.n_head
     kv = config.kv_heads * config.head_size
     feed_forward = (3 if config.activation == "swiglu" else 2) * C * config.ffn_hidden
     per_token_layer = C * (C + 2 * kv) + C * C + feed_forward + 2 * C * n_tokens
-    places = n_tokens - first_different  # the positions patched in the stream
+    computed = n_tokens - (first_different if config.causal else 0)  # the positions each copy computes
     later_layers = sum(L - row for row in range(L + 1))  # the stream rows, each runs the layers after it
-    copies = places * later_layers + H * sum(L - layer for layer in range(L))
-    return copies * n_tokens * per_token_layer + (places * (L + 1) + H * L) * config.vocab_size * C
+    copies = computed * later_layers + H * sum(L - layer for layer in range(L))
+    runs = 2 * (n_tokens * L * per_token_layer + config.vocab_size * C)  # the clean and corrupted: last logits only
+    return runs + copies * computed * per_token_layer + (computed * (L + 1) + H * L) * 2 * C
+
+
+class _SharedPrefix(KVCache):
+    """The keys and values of the positions before the texts' first difference, the same in the clean, the
+    corrupted and every patched run (attention is causal): each layer reads them for all the copies in a
+    batch, and nothing is added to them, so the copies compute only the positions after."""
+
+    def __init__(self, full: KVCache, length: int) -> None:
+        super().__init__(0)
+        self.layers = [(k[:, :, :length], v[:, :, :length]) for k, v in full.layers]
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        past_k, past_v = self.layers[layer]
+        return (torch.cat([past_k.expand(k.size(0), -1, -1, -1), k], dim=2),
+                torch.cat([past_v.expand(v.size(0), -1, -1, -1), v], dim=2))
+
+
+def _copy_bytes(config, computed: int, seen: int) -> int:
+    """About the most memory one patched copy holds in a block: `computed` positions of the stream, the
+    query, key and value projections, the feed-forward's hidden layer, keys and values over `seen`
+    positions, and the attention scores. `patch` sizes its batches by it."""
+    C, H, kv = config.n_embd, config.n_head, config.kv_heads * config.head_size
+    per_position = 6 * C + 2 * kv + 3 * config.ffn_hidden
+    return 4 * (computed * per_position + 2 * seen * C + 3 * H * computed * seen)
 
 
 def _checked_ids(model: GPT, name: str, ids: list[int]) -> list[int]:
@@ -203,12 +235,20 @@ def _checked_parts(parts: str | Iterable[str]) -> set[str]:
 
 
 def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None = None,
-          alternative: int | None = None, parts: str | Iterable[str] = PATCH_PARTS) -> Patching:
+          alternative: int | None = None, parts: str | Iterable[str] = PATCH_PARTS,
+          batch_bytes: int = PATCH_BATCH_BYTES) -> Patching:
     """Patch the clean run into the corrupted one, part by part, and read the logit difference at
     the last position. `parts` names the hook points patched (PATCH_PARTS, both by default): the
     stream at each layer and position, each head's output everywhere; a part not asked for is None.
     Defaults: the clean text's prediction against the corrupted one's (the clean runner-up when both
-    predict the same). Under MIN_PATCH_GAP apart, no part is run."""
+    predict the same). Under MIN_PATCH_GAP apart, no part is run.
+
+    The patched copies run in batches along the batch dimension, about `batch_bytes` at a time: each copy
+    joins its batch at the first block it changes (the stream entering that block at one place, or one of
+    the block's heads), so each block runs once for every copy that has reached it; and each computes only
+    the positions from the texts' first difference on, reading those before it from the corrupted run's keys
+    and values (the same in every run). Each copy's share is what a forward pass of its own, patched in that
+    one place, gives."""
     _check_decomposable(model)
     parts = _checked_parts(parts)
     if len(_checked_ids(model, "clean", clean)) != len(_checked_ids(model, "corrupted", corrupted)):
@@ -217,18 +257,20 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
     if clean == corrupted:
         raise ValueError("the clean and corrupted texts are the same, so there is nothing to restore: change "
                          "the corrupted text where the answer depends on it")
-    L, H = len(model.blocks), model.config.n_head
+    L, H, T = len(model.blocks), model.config.n_head, len(clean)
     stream_names = model.stream_names()  # row l: the stream entering block l; row L: after the last
     z_names = [block.attn.hook_z.name for block in model.blocks]
 
-    def run(ids: list[int]) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    def run(ids: list[int], cache: KVCache | None = None):
         """Last-position logits (V,), the stream rows [(T, C)] * (L + 1), each layer's z (H, T, D)."""
-        logits, cache = model.run_with_cache(ids_tensor(model, ids), names=stream_names + z_names)
-        return logits[0, -1].float(), [cache[name][0] for name in stream_names], [cache[name][0] for name in z_names]
+        with model.caching(stream_names + z_names) as seen:
+            logits = model(ids_tensor(model, ids), cache=cache, last_only=True)[0]
+        return logits[0, -1].float(), [seen[name][0] for name in stream_names], [seen[name][0] for name in z_names]
 
     with evaluating(model):
+        keys_and_values = model.new_cache()
         clean_logits, clean_streams, clean_z = run(clean)
-        corrupted_logits, corrupted_streams, _ = run(corrupted)
+        corrupted_logits, corrupted_streams, _ = run(corrupted, keys_and_values)
         target = clean_logits.argmax().item() if target is None else check_token(model, "target", target)
         if alternative is None:
             alternative = corrupted_logits.argmax().item()
@@ -238,6 +280,11 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
         if alternative == target:
             raise ValueError("the alternative must be a different token from the target")
 
+        # logit(target) - logit(alternative) of the final stream: the LM head's two rows, not all V of them
+        direction = (model.lm_head.weight[target] - model.lm_head.weight[alternative]).float()
+        bias = model.lm_head.bias
+        offset = 0.0 if bias is None else (bias[target] - bias[alternative]).float()
+
         def difference(logits: torch.Tensor) -> torch.Tensor:
             return logits[..., target] - logits[..., alternative]
 
@@ -246,34 +293,94 @@ def patch(model: GPT, clean: list[int], corrupted: list[int], target: int | None
         if gap.abs() < MIN_PATCH_GAP:
             return Patching(target, alternative, clean_difference.item(), corrupted_difference.item(), None, None)
 
-        def restored(x: torch.Tensor, first_block: int) -> torch.Tensor:
-            """Run copies x (N, T, C) from block `first_block` on: each copy's restored share (N,)."""
-            logits = model.lm_head(model.ln_f(model.run_from(x, first_block)[:, -1])).float()  # (N, V)
-            return ((difference(logits) - corrupted_difference) / gap).cpu()
+        # Causal attention: before the first difference every run, patched or not, is the same.
+        shared = first_difference(clean, corrupted) if model.config.causal else 0
+        prefix = _SharedPrefix(keys_and_values, shared) if shared else None
+        per_batch = max(1, batch_bytes // _copy_bytes(model.config, T - shared, T))
 
-        residual = None
-        if "hook_resid_post" in parts:
-            residual = torch.zeros(L + 1, len(clean))
-            for row in range(L + 1):
-                # Where both runs carry the same vector (every position before the first change, and at the
-                # embeddings every unchanged token), patching restores 0: no run needed.
-                places = (clean_streams[row] != corrupted_streams[row]).any(-1).nonzero()[:, 0]  # (N,)
-                x = corrupted_streams[row].expand(len(places), -1, -1).clone()  # copy i: clean at places[i]
-                x[torch.arange(len(places)), places] = clean_streams[row][places]
-                if len(places):
-                    residual[row, places] = restored(x, row)
+        def restored(batch: list[tuple[int, int, int | None]]) -> torch.Tensor:
+            """Shares (N,) of a batch of copies (first block, place, head), in the order of their first
+            blocks. Each joins the batch at its first block, as the corrupted stream there made clean at
+            its place (a stream copy: head None) or with its head's clean output in that block (a head
+            copy: place None); the batch grows block by block, so each block runs once for all its copies."""
+            x = None
+            for layer in range(batch[0][0], L + 1):
+                joining = [(row, place, head) for row, (first, place, head) in enumerate(batch) if first == layer]
+                new = corrupted_streams[layer][shared:].expand(len(joining), -1, -1).clone()  # (n, T - shared, C)
+                cleaned = [(index, place) for index, (_, place, head) in enumerate(joining) if head is None]
+                if cleaned:
+                    indices, places = (list(column) for column in zip(*cleaned))
+                    new[indices, [place - shared for place in places]] = clean_streams[layer][places]
+                x = new if x is None else torch.cat([x, new])
+                if layer == L:
+                    break
+                rows, chosen = [row for row, _, head in joining if head is not None], \
+                    [head for _, _, head in joining if head is not None]
 
-        heads = None
-        if "hook_z" in parts:
-            heads = torch.zeros(L, H)
-            for layer in range(L):  # copy h takes head h's clean output at every position
                 def take_clean(z: torch.Tensor, _hook: HookPoint, layer: int = layer) -> torch.Tensor:
-                    z = z.clone()
-                    z[torch.arange(H), torch.arange(H)] = clean_z[layer]
+                    z = z.clone()  # (N, H, T - shared, D): each head copy joining here takes its head's clean output
+                    z[rows, chosen] = clean_z[layer][chosen, shared:]
                     return z
-                with model.hooks([(z_names[layer], take_clean)]):
-                    heads[layer] = restored(corrupted_streams[layer].expand(H, -1, -1), layer)
+
+                with model.hooks([(z_names[layer], take_clean)] if rows else []):
+                    x = model.blocks[layer](x, prefix, layer)
+            return ((model.ln_f(x[:, -1]).float() @ direction + offset - corrupted_difference) / gap).cpu()
+
+        copies: list[tuple[int, int | None, int | None]] = []  # (first block, place, head), by first block
+        for first in range(L + 1):
+            if "hook_resid_post" in parts:
+                # Where both runs carry the same vector (every position before the first change, and at the
+                # embeddings every unchanged token), patching restores 0: no copy needed.
+                differs = (clean_streams[first] != corrupted_streams[first]).any(-1).nonzero()[:, 0].tolist()
+                copies += [(first, place, None) for place in differs]
+            if "hook_z" in parts and first < L:
+                copies += [(first, None, head) for head in range(H)]
+        residual = torch.zeros(L + 1, T) if "hook_resid_post" in parts else None
+        heads = torch.zeros(L, H) if "hook_z" in parts else None
+        for start in range(0, len(copies), per_batch):
+            batch = copies[start:start + per_batch]
+            for (first, place, head), share in zip(batch, restored(batch).tolist()):
+                if head is None:
+                    residual[first, place] = share
+                else:
+                    heads[first, head] = share
     return Patching(target, alternative, clean_difference.item(), corrupted_difference.item(), residual, heads)
+
+
+@dataclass(frozen=True)
+class HeadEffects:
+    """Each head's measured effect on one answer of a text, as a share of that answer's lead: by patching
+    (the share of the clean answer's lead that the head's clean output restores) or by direct logit
+    attribution (its direct part of logit(A) - logit(B) over that difference). Pattern labels say where a
+    head looks; these say what it does to the answer, and the two can disagree."""
+
+    method: str  # "patching" or "attribution"
+    target: int  # token id A
+    alternative: int  # token id B
+    shares: torch.Tensor  # (L, H)
+
+    def large(self) -> torch.Tensor:
+        """(L, H) booleans: the heads whose share is at least LARGE_EFFECT either way."""
+        return self.shares.abs() >= LARGE_EFFECT
+
+    def ranked(self) -> list[tuple[int, int, float]]:
+        """(layer, head, share) of the heads with a large effect, the largest first (by size)."""
+        layers, heads = self.large().nonzero(as_tuple=True)
+        found = [(layer, head, self.shares[layer, head].item()) for layer, head in zip(layers.tolist(), heads.tolist())]
+        return sorted(found, key=lambda item: -abs(item[2]))
+
+
+def head_effects(result: Patching | Attribution) -> HeadEffects | None:
+    """Each head's share of the answer's lead from a patching or an attribution; None where there are no
+    shares (a patching whose gap is under MIN_PATCH_GAP, or without heads; an attribution whose
+    difference is under MIN_PATCH_GAP, the same reason: a share of almost nothing means nothing)."""
+    if isinstance(result, Patching):
+        if not result.meaningful or result.heads is None:
+            return None
+        return HeadEffects("patching", result.target, result.alternative, result.heads.clone())
+    if abs(result.difference) < MIN_PATCH_GAP:
+        return None
+    return HeadEffects("attribution", result.target, result.alternative, result.heads / result.difference)
 
 
 @dataclass(frozen=True)

@@ -312,15 +312,18 @@ class GPT(Hooked):
         *,
         return_attention: bool = False,
         cache: KVCache | None = None,
+        last_only: bool = False,
     ):
         """idx (B, T) token ids -> logits (B, T, vocab), loss (or None).
 
         With `return_attention`, also returns one (B, H, T, T) weight tensor per attention layer.
         With a `cache`, idx holds only the new tokens; they continue the cached positions.
+        With `last_only`, logits (B, 1, vocab) of the last position alone (no loss then: it needs every
+        position): the next token's, without the output layer's work elsewhere (GPT-2's: 50,257 x 768 a position).
         """
         if return_attention:
             with capture_attention(self) as patterns:
-                logits, loss = self(idx, targets, cache=cache)
+                logits, loss = self(idx, targets, cache=cache, last_only=last_only)
             return logits, loss, list(patterns.values())
 
         B, T = idx.shape
@@ -332,7 +335,9 @@ class GPT(Hooked):
             x = x + self.position_embedding(positions)  # (T, C) broadcasts over B
         x = self.hook_embed(self.dropout(x))
         x = self.run_from(x, 0, cache)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, vocab)
+        if last_only:
+            x = x[:, -1:]
+        logits = self.lm_head(self.ln_f(x))  # (B, T, vocab), or (B, 1, vocab)
 
         loss = None
         if targets is not None:

@@ -66,6 +66,7 @@ from core.runs import COMPARED, RunLog
 
 if TYPE_CHECKING:  # for the fields' types only: importing these runs the model, training and data code
     from core.attention import HeadSummary
+    from core.attribution import HeadEffects
     from core.babygpt import BabyRun
     from core.data import Task
     from core.ladder import Ladder
@@ -167,6 +168,9 @@ class Analysis:
     summaries: list[HeadSummary]
     trained: weakref.ReferenceType[TrainedModel]  # the session's model then (weak: a replaced one must go)
     step: int  # ... and its training step then
+    # each head's measured effect on the answer at the text's last token, for the summary: direct attribution
+    # when analysed, patching's shares once this text is patched (None: no shares, e.g. a too-close answer)
+    effects: HeadEffects | None = None
     # the latest result of each tool, for the export: "steps" (HeadSteps), "knock_out" (a dict),
     # "importance" ({mode: (L, H) tensor}), "lens" (LogitLens); and "intact", the continuation of
     # the text with every head, the same for every knock-out of this analysis

@@ -7,6 +7,7 @@ import re
 
 import pytest
 from core.presets import get_preset
+from playground.figures.attention import SUMMARY_HEADERS
 from support.attention_page import (FIGURES, STEPS, TRAINED_TIMEOUT_MS, analyse, analyse_example, assert_titles_clear,
                                     boxes, figures_drawn, overlaps, trained_page)
 from support.browser import LAPTOP, PHONE, SCREENSHOTS, assert_no_errors, new_page, open_tab, set_number
@@ -49,9 +50,11 @@ def assert_headline_matches_table(status: str, rows: dict) -> list[tuple]:
     headline = next(line for line in status.splitlines() if line.startswith("Heads to look at first"))
     standouts = STANDOUT.findall(headline)
     assert standouts, headline
-    for layer, head, label, score in standouts:
-        assert rows[int(layer), int(head)][2:4] == [label, score], (layer, head)
-    assert not [key for key, cells in rows.items() if key[0] == 0 and cells[2] == "induction"]
+    label_column, score_column = SUMMARY_HEADERS.index("label"), SUMMARY_HEADERS.index("score")
+    for layer, head, label, score in standouts:  # the label, and after it the head's effect where it is large
+        cells = rows[int(layer), int(head)]
+        assert [cells[label_column].split(" · ")[0], cells[score_column]] == [label, score], (layer, head)
+    assert not [key for key, cells in rows.items() if key[0] == 0 and cells[label_column].startswith("induction")]
     # the copying head looks 8 back from layer 0: by position, so not an induction head
     assert (standouts[0][0], standouts[0][2]) == ("0", "fixed-offset")
     return standouts

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from core.attention import attention_maps, head_view, induction_probe, probe_induction, summarize_heads
+from core.attribution import LARGE_EFFECT, HeadEffects
 from core.movie import AttentionMovie, induction_onset
 from core.config import stage_config
 from core.data import CORPORA, TokenData
@@ -40,7 +41,7 @@ def figure_json(fig) -> dict:
 
 def test_analyse_fills_every_output_and_keeps_the_analysis(attention_ctx, handlers):
     session = give_model(attention_ctx)
-    status, grid, summary, table, layer, head, query, large, view, view_note = handlers.analysis.analyse(
+    status, grid, summary, table, layer, head, query, large, view, view_note, effects = handlers.analysis.analyse(
         "abcab|abcab", "alice")
     assert "**11 tokens**, 2 layer(s) x 3 head(s)" in status
     assert len(figure_json(grid)["data"]) == 6  # every layer x head
@@ -64,7 +65,7 @@ def test_analyse_opens_the_most_distinctive_head(attention_ctx, handlers):
         return pattern
 
     session.model.blocks[1].attn.hook_pattern.register_forward_hook(previous_token_head)
-    status, _, _, _, layer, head, _, large, view, view_note = handlers.analysis.analyse("abcdefgh", "alice")
+    status, _, _, _, layer, head, _, large, view, view_note, _ = handlers.analysis.analyse("abcdefgh", "alice")
     assert (layer.value, head.value) == (1, 2)
     assert "L1 H2 previous-token (1.00)" in status and "the strongest is open below" in status
     assert "Layer 1, head 2" in figure_json(large)["layout"]["title"]["text"]
@@ -302,12 +303,15 @@ def test_copy_task_headline_table_and_board_agree(copy_task):
     standouts = STANDOUT.findall(headline)
     # the head that copies looks 8 back from layer 0: by position, so not an induction head
     assert (standouts[0][0], standouts[0][2]) == ("0", "fixed-offset")
-    for layer, head, label, score in standouts:
-        assert rows[int(layer), int(head)][2:4] == [label, score]
+    label_column, score_column = figures.SUMMARY_HEADERS.index("label"), figures.SUMMARY_HEADERS.index("score")
+    for layer, head, label, score in standouts:  # the label, and after it the head's effect where it is large
+        row = rows[int(layer), int(head)]
+        assert row[label_column].split(" · ")[0] == label and row[score_column] == score
     for s in session.attention.summaries:
-        name, score = board.data[0].text[s.layer][s.head].split("<br>")
+        name, score, *effect = board.data[0].text[s.layer][s.head].split("<br>")
         assert name == (f"{s.offset} back" if s.label == "fixed-offset" else s.label)
-        assert score == rows[s.layer, s.head][3]
+        assert score == rows[s.layer, s.head][score_column]
+        assert bool(effect) == ("of the effect" in rows[s.layer, s.head][label_column])
     assert not [key for key, label in labels(session).items() if key[0] == 0 and label == "induction"]
     # the status lists exactly the heads whose probe column passes the rule
     probe = figures.SUMMARY_HEADERS.index("probe")
@@ -432,6 +436,28 @@ def test_figure_titles_sit_below_the_toolbar_and_the_large_view_thins_its_ticks(
         assert "zoomin" in fig.layout.modebar.remove  # a short toolbar leaves a phone's block label clear
     large = built[1]
     assert large.layout.xaxis.tickmode != "array" and large.layout.yaxis.tickmode != "array"  # plotly thins them
+
+
+def test_a_head_with_a_large_effect_gets_a_word_whatever_its_label():
+    """The summary's rows show each head's measured effect beside its pattern label; a head with a large one
+    has it in its label cell and on the board, a head with a small one only in the effect column."""
+    maps = torch.softmax(torch.randn(2, 3, 6, 6), -1) * torch.ones(6, 6).tril()
+    summaries = summarize_heads(maps / maps.sum(-1, keepdim=True), [1, 2, 3, 4, 5, 6])
+    shares = torch.tensor([[0.02, -0.25, 0.0], [0.35, LARGE_EFFECT / 2, 0.6]])
+    effects = HeadEffects("patching", 1, 2, shares)
+    rows = {(row[0], row[1]): row for row in figures.summary_table(summaries, effects)}
+    label, effect = figures.SUMMARY_HEADERS.index("label"), figures.SUMMARY_HEADERS.index("effect")
+    by_head = {(s.layer, s.head): s.label for s in summaries}
+    assert rows[1, 0][label] == f"{by_head[1, 0]} · 35% of the effect" and rows[1, 0][effect] == "+35%"
+    assert rows[0, 1][label] == f"{by_head[0, 1]} · -25% of the effect"  # a large effect either way
+    assert rows[1, 1][label] == by_head[1, 1] and rows[1, 1][effect] == "+5%"  # small: the column alone
+    assert [row[label] for row in figures.summary_table(summaries)] == [s.label for s in summaries]
+    assert all(row[effect] == "-" for row in figures.summary_table(summaries))  # no effects measured
+    board = figures.summary_figure(summaries, effects)
+    text = board.data[0].text
+    assert "<b>+35%</b>" in text[1][0] and "<b>+60%</b>" in text[1][2] and "<b>" not in text[1][1]
+    assert "Effect on the answer (patching): +5%" in board.data[0].customdata[1][1]
+    assert effects.ranked() == [(1, 2, pytest.approx(0.6)), (1, 0, pytest.approx(0.35)), (0, 1, pytest.approx(-0.25))]
 
 
 def test_summary_table_and_board_show_every_head():

@@ -3,8 +3,10 @@ restores exactly what it should, the QK circuit is the model's own score, and ba
 
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
-from core.attribution import MAX_CIRCUIT_VOCAB, MIN_PATCH_GAP, PATCH_PARTS, circuits, logit_attribution, patch
+from core.attribution import (LARGE_EFFECT, MAX_CIRCUIT_VOCAB, MIN_PATCH_GAP, PATCH_PARTS, circuits, head_effects,
+                              logit_attribution, patch, patch_macs)
 from core.config import GPTConfig
 from core.interventions import head_steps
 from core.model import GPT
@@ -71,6 +73,68 @@ def test_patching_restores_exactly_where_the_texts_differ(options):
         (logits[1, result.target] - logits[1, result.alternative]).item(), abs=1e-4)
 
 
+def one_pass_per_patch(model: GPT, clean: list[int], corrupted: list[int], target: int, alternative: int):
+    """Patching as it is defined, and as `patch` did it before it batched: the corrupted text's own forward
+    pass for every patch, one hook replacing one place of the stream (or one head's output) by the clean run's.
+    Shares (L + 1, T) and (L, H) of the clean run's lead."""
+    names, L, H, T = model.stream_names(), model.config.n_layer, model.config.n_head, len(clean)
+    z_names = [f"blocks.{layer}.attn.hook_z" for layer in range(L)]
+    clean_logits, cache = model.run_with_cache(torch.tensor([clean]), names=names + z_names)
+
+    def lead(logits: torch.Tensor) -> float:
+        return (logits[0, -1, target] - logits[0, -1, alternative]).item()
+
+    low, high = lead(model(torch.tensor([corrupted]))[0]), lead(clean_logits)
+
+    def share(name: str, replace) -> float:
+        def hook(tensor, _hook):
+            tensor = tensor.clone()
+            replace(tensor, cache[name])
+            return tensor
+        return (lead(model.run_with_hooks(torch.tensor([corrupted]), [(name, hook)])) - low) / (high - low)
+
+    residual, heads = torch.zeros(L + 1, T), torch.zeros(L, H)
+    for row, name in enumerate(names):
+        for place in range(T):
+            residual[row, place] = share(name, lambda x, clean_x: x[:, place].copy_(clean_x[:, place]))
+    for layer, name in enumerate(z_names):
+        for head in range(H):
+            heads[layer, head] = share(name, lambda z, clean_z: z[:, head].copy_(clean_z[:, head]))
+    return residual, heads
+
+
+@pytest.mark.parametrize("options", [*VARIANTS.values(), dict(causal=False)], ids=[*VARIANTS, "not causal"])
+@pytest.mark.parametrize("batch_bytes", [1, 200_000, None], ids=["one copy a batch", "a few", "one batch a layer"])
+def test_batched_patching_is_one_forward_pass_per_patch(options, batch_bytes):
+    """The batched copies (from the first difference on, the positions before it read from the corrupted run)
+    give what a forward pass of its own for each patch gives, whatever the batches' size."""
+    model = random_model(**options).eval()
+    clean = torch.randint(30, (10,), generator=torch.Generator().manual_seed(2)).tolist()
+    corrupted = clean[:4] + [(clean[4] + 1) % 30] + clean[5:8] + [(clean[8] + 3) % 30] + clean[9:]
+    sizes = {} if batch_bytes is None else {"batch_bytes": batch_bytes}
+    result = patch(model, clean, corrupted, **sizes)
+    with torch.no_grad():
+        residual, heads = one_pass_per_patch(model, clean, corrupted, result.target, result.alternative)
+    assert result.meaningful and heads.abs().max() > 0.05  # heads with something to restore
+    assert torch.allclose(result.residual, residual, atol=1e-4), (result.residual - residual).abs().max()
+    assert torch.allclose(result.heads, heads, atol=1e-4), (result.heads - heads).abs().max()
+
+
+@pytest.mark.parametrize("options", [VARIANTS["gpt"], VARIANTS["llama"]], ids=["gpt", "llama"])
+@pytest.mark.parametrize("first_different", [0, 4])
+def test_patch_macs_bounds_the_multiply_adds_patch_does(options, first_different):
+    """The server caps patching by `patch_macs`: never under what the batched copies do (PyTorch's own
+    count of its matrix products), nor far over it."""
+    model = random_model(**options).eval()
+    clean = torch.randint(30, (10,), generator=torch.Generator().manual_seed(2)).tolist()
+    corrupted = list(clean)
+    corrupted[first_different] = (clean[first_different] + 1) % 30
+    with FlopCounterMode(display=False) as counter:
+        assert patch(model, clean, corrupted).meaningful
+    done = counter.get_total_flops() // 2
+    assert done <= patch_macs(model.config, len(clean), first_different) <= 1.6 * done
+
+
 def test_patching_patches_the_hook_points_it_is_given():
     """`parts` names what is patched; one part gives the same numbers as both, the other left out (None)."""
     model = random_model()
@@ -79,9 +143,10 @@ def test_patching_patches_the_hook_points_it_is_given():
     both = patch(model, clean, corrupted)
     assert set(PATCH_PARTS) == {"hook_resid_post", "hook_z"} and both.residual is not None and both.heads is not None
     heads = patch(model, clean, corrupted, parts="hook_z")
-    assert heads.residual is None and torch.equal(heads.heads, both.heads)
+    # (batched otherwise, with or without the stream's copies beside them: equal within float rounding)
+    assert heads.residual is None and torch.allclose(heads.heads, both.heads, atol=1e-5)
     stream = patch(model, clean, corrupted, parts=["hook_resid_post"])
-    assert stream.heads is None and torch.equal(stream.residual, both.residual)
+    assert stream.heads is None and torch.allclose(stream.residual, both.residual, atol=1e-5)
     for parts in ("hook_pattern", [], ["hook_z", "blocks.0.hook_z"]):
         with pytest.raises(ValueError, match="patch parts must be some of"):
             patch(model, clean, corrupted, parts=parts)
@@ -103,6 +168,29 @@ def test_patching_draws_no_shares_of_a_gap_too_small_to_mean_anything():
     assert len(calls) == 2  # the clean run and the corrupted one: no part was patched
     lively = patch(random_model(), clean, corrupted)  # far from its initialisation: a gap worth sharing
     assert abs(lively.gap) >= MIN_PATCH_GAP and lively.meaningful and lively.heads.shape == (3, 4)
+
+
+def test_head_effects_are_patchings_shares_or_the_attributions_over_the_difference():
+    model = random_model()
+    clean = torch.randint(30, (10,), generator=torch.Generator().manual_seed(2)).tolist()
+    corrupted = clean[:3] + [(clean[3] + 1) % 30] + clean[4:]
+    patched = patch(model, clean, corrupted)
+    effects = head_effects(patched)
+    assert effects.method == "patching" and torch.equal(effects.shares, patched.heads)
+    assert (effects.target, effects.alternative) == (patched.target, patched.alternative)
+    attributed = logit_attribution(model, clean)
+    direct = head_effects(attributed)
+    assert direct.method == "attribution" and torch.allclose(direct.shares * attributed.difference, attributed.heads)
+    assert torch.equal(direct.large(), direct.shares.abs() >= LARGE_EFFECT) and direct.large().any()
+    sizes = [abs(share) for _, _, share in direct.ranked()]
+    assert sizes == sorted(sizes, reverse=True) and len(sizes) == direct.large().sum()
+    # no shares of almost nothing: a patching whose gap is too small, an attribution between near-equal tokens
+    fresh = GPT(GPTConfig(vocab_size=30, n_layer=2, n_head=4, n_embd=32, block_size=16),
+                generator=torch.Generator().manual_seed(0))
+    assert head_effects(patch(fresh, list(range(10)), list(range(3)) + [29] + list(range(4, 10)))) is None
+    ranked = fresh.eval()(torch.tensor([list(range(10))]))[0][0, -1].sort(descending=True).indices.tolist()
+    close = logit_attribution(fresh, list(range(10)), target=ranked[1], alternative=ranked[2])
+    assert abs(close.difference) < MIN_PATCH_GAP and head_effects(close) is None
 
 
 def test_the_qk_circuit_is_the_heads_own_score_on_the_direct_path():

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support.attention_page import analyse_example, assert_titles_clear, boxes, trained_page
+from support.attention_page import analyse, analyse_example, assert_titles_clear, boxes, trained_page
 from support.browser import PHONE, SCREENSHOTS, assert_no_errors, open_tab
 
 from playground.tabs.attention.export import EXPORT_NAMES
@@ -165,3 +165,29 @@ def test_patching_a_pair_whose_answers_barely_differ_draws_no_shares(page):
             assert page.locator(f"#{figure} .main-svg").count() == 0, figure
         assert_no_errors(page)
         page.locator("#patching-section").screenshot(path=str(SCREENSHOTS / f"inside-{width}-patching-tiny-gap.png"))
+
+
+def test_patching_the_analysed_text_shows_each_heads_effect_beside_its_label(page):
+    """Analysed, the note under the heads' summary reads effects by direct attribution; the analysed text patched
+    (the copy pair's clean text), by patching: the note says which, and that labels read patterns."""
+    for width, viewport in (("1366x900", {"width": 1366, "height": 900}), ("390x844", PHONE)):
+        page.set_viewport_size(viewport)
+        open_tab(page, "Train")
+        open_tab(page, "Attention")
+        analyse(page, "\nabcdefgh|abcd", 14)  # another text first, so the note below cannot be a stale one
+        analyse(page, "\nabcdefgh|abcde", 15)
+        note = page.locator("#attention-summary-note")
+        note.get_by_text("Labels read patterns, effects read causes").wait_for()
+        assert "direct logit attribution" in note.inner_text()
+        open_section(page, "patching")
+        page.locator("#patching-clean textarea").fill("\nabcdefgh|abcde")
+        page.locator("#patching-corrupted textarea").fill("\nabcdeqgh|abcde")
+        page.locator("#patching-run").click()
+        note.get_by_text("activation patching").wait_for()
+        assert "Largest: L" in note.inner_text()  # the trained copy head carries the answer
+        page.locator("#attention-summary .main-svg").first.wait_for()
+        assert_no_errors(page)
+        page.locator("#attention-summary").scroll_into_view_if_needed()
+        page.screenshot(path=str(SCREENSHOTS / f"inside-{width}-effects.png"), full_page=True)
+        page.locator("#attention-summary").screenshot(path=str(SCREENSHOTS / f"inside-{width}-effects-board.png"))
+        note.screenshot(path=str(SCREENSHOTS / f"inside-{width}-effects-note.png"))

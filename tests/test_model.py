@@ -81,6 +81,8 @@ def test_forward_shapes_and_loss():
     # an untrained model predicts close to uniform: loss near ln(vocab)
     assert abs(loss.item() - torch.log(torch.tensor(17.0)).item()) < 0.3
     assert model(idx)[1] is None
+    last, _ = model.eval()(idx, last_only=True)  # the next token's logits alone
+    assert last.shape == (2, 1, 17) and torch.allclose(last, model(idx)[0][:, -1:], atol=1e-6)
 
 
 def test_sequence_longer_than_the_context_is_refused_where_positions_are_learned():

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from core.attribution import circuits, logit_attribution, patch, patch_macs
+from core.attribution import LARGE_EFFECT, circuits, head_effects, logit_attribution, patch, patch_macs
 from core.tokenizers import GPT2Tokenizer
+from playground.figures import attention as figures
 from playground.tabs import attention as tab
 from playground.tabs.attention import patching
 from playground.tabs.attention.circuits import CIRCUITS_HELP
@@ -54,7 +55,7 @@ def test_attribution_shows_cores_shares_and_names_the_tokens(handlers, session):
 
 
 def test_patching_shows_cores_shares_on_the_copy_pair(handlers, session):
-    note, residual, heads = handlers.patching.patching(CLEAN, CORRUPTED, "alice")
+    note, residual, heads, *summary = handlers.patching.patching(CLEAN, CORRUPTED, "alice")
     tokenizer = session.trained.tokenizer
     expected = patch(session.model, tokenizer.encode(CLEAN), tokenizer.encode(CORRUPTED))
     assert np.allclose(z(residual), expected.residual.numpy(), atol=1e-6)
@@ -63,13 +64,38 @@ def test_patching_shows_cores_shares_on_the_copy_pair(handlers, session):
     assert "Of the heads" in note and "brings back the most" in note
 
 
+def test_patching_the_analysed_text_gives_the_heads_summary_its_shares(handlers, session):
+    """Analysed, each head's effect is its direct attribution; patched with the analysed text as the clean one,
+    patching's shares; the note under the summary says which, and that labels read patterns, effects causes."""
+    label, effect = figures.SUMMARY_HEADERS.index("label"), figures.SUMMARY_HEADERS.index("effect")
+    _, _, _, table, *_, attributed = handlers.analysis.analyse(CLEAN, "alice")
+    assert "Labels read patterns, effects read causes" in attributed and "direct logit attribution" in attributed
+    direct = session.attention.effects
+    assert direct.method == "attribution" and [row[effect] for row in table] == [
+        f"{share:+.0%}" for share in direct.shares.flatten().tolist()]
+    _, _, _, board, rows, patched = handlers.patching.patching(CLEAN, CORRUPTED, "alice")
+    tokenizer = session.trained.tokenizer
+    expected = head_effects(patch(session.model, tokenizer.encode(CLEAN), tokenizer.encode(CORRUPTED)))
+    assert session.attention.effects.method == "patching" and "activation patching" in patched
+    assert expected.large().any()  # heads with a large effect, each named in its row
+    for row in rows:
+        share = expected.shares[row[0], row[1]].item()
+        assert row[effect] == f"{share:+.0%}"
+        assert ("of the effect" in row[label]) == (abs(share) >= LARGE_EFFECT)
+    layer, head, share = expected.ranked()[0]
+    assert f"L{layer} H{head}" in patched and f"{share:+.0%}</b>" in board.data[0].text[layer][head]
+    # a clean text other than the one analysed: the summary keeps its effects
+    *_, kept = handlers.patching.patching(CLEAN[:-1] + "d", CORRUPTED[:-1] + "d", "alice")
+    assert kept == gr.skip() and session.attention.effects.method == "patching"
+
+
 def test_patching_says_so_instead_of_drawing_shares_of_a_tiny_gap(attention_ctx, handlers):
     """A freshly initialised model's answers barely differ between the copy pair's texts: the note gives the
     gap and why nothing is drawn; the figures are cleared, the export holds no shares."""
     torch.manual_seed(0)
     give_model(attention_ctx)
     handlers.analysis.analyse(TEXT, "alice")
-    note, residual, heads = handlers.patching.patching(CLEAN, CORRUPTED, "alice")
+    note, residual, heads, *summary = handlers.patching.patching(CLEAN, CORRUPTED, "alice")
     assert residual is None and heads is None
     assert "The corruption moves the answer by only **0.0" in note and "so none is drawn" in note
     assert "Of the heads" not in note

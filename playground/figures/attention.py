@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 import torch
 
 from core.attention import LABELS, PATTERNS, STRONG_PATTERN, HeadSummary, pool_attention, pool_keys
+from core.attribution import LARGE_EFFECT, HeadEffects
 from playground.figures import BLUE, GREEN, ORANGE, PALE_GREY, PALETTE, PURPLE, SKY, VERMILLION, YELLOW
 
 COLORSCALE = "Blues"
@@ -249,6 +250,21 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _share(effects: HeadEffects | None, s: HeadSummary) -> float | None:
+    return None if effects is None else effects.shares[s.layer, s.head].item()
+
+
+def _is_large(effects: HeadEffects | None, s: HeadSummary) -> bool:
+    return effects is not None and bool(effects.large()[s.layer, s.head])
+
+
+def _label_cell(s: HeadSummary, effects: HeadEffects | None) -> str:
+    """The label, and for a head with a large effect its share: "mixed · 35% of the effect"."""
+    if not _is_large(effects, s):
+        return s.label
+    return f"{s.label} · {_share(effects, s):.0%} of the effect"
+
+
 # The per-head table: short headers that fit their columns whole (SUMMARY_LEGEND explains them),
 # the explanation early so a learner reads it before the numbers, and widths in pixels.
 # 1170 px in all: every column shows at 1366 px; on a phone the explanation fits the screen once scrolled to.
@@ -257,20 +273,23 @@ PATTERN_COLUMNS = {
     "previous-token": ("prev", 54), "first-token": ("first", 60), "self": ("self", 52),
     "fixed-offset": ("offset", 68), "induction": ("induction", 92), "mirror": ("mirror", 68),
 }
+Cell = Callable[[HeadSummary, HeadEffects | None], object]
 
 
-def _pattern_columns(name: str) -> Iterator[tuple[str, int, Callable[[HeadSummary], object]]]:
+def _pattern_columns(name: str) -> Iterator[tuple[str, int, Cell]]:
     header, width = PATTERN_COLUMNS[name]
-    yield header, width, lambda s: _fmt(s.scores[name])
+    yield header, width, lambda s, _effects: _fmt(s.scores[name])
     if name == "induction":  # the probe's verdict beside this text's induction score
-        yield "probe", 60, lambda s: _fmt(s.probe_induction)
+        yield "probe", 60, lambda s, _effects: _fmt(s.probe_induction)
 
 
-# (header, width, cell): one list, so the headers and the rows cannot fall out of step.
-SUMMARY_COLUMNS = [
-    ("layer", 60, lambda s: s.layer), ("head", 54, lambda s: s.head), ("label", 130, lambda s: s.label),
-    ("score", 60, lambda s: _fmt(s.score)), ("what it does", 290, lambda s: s.explanation),
-    ("bits", 54, lambda s: _fmt(s.entropy)), ("spread", 68, lambda s: _fmt(s.normalized_entropy)),
+# (header, width, cell): one list, so the headers and the rows cannot fall out of step. A cell reads the
+# head's summary and the heads' measured effects (None where there are none).
+SUMMARY_COLUMNS: list[tuple[str, int, Cell]] = [
+    ("layer", 60, lambda s, _e: s.layer), ("head", 54, lambda s, _e: s.head), ("label", 130, _label_cell),
+    ("effect", 70, lambda s, e: "-" if _share(e, s) is None else f"{_share(e, s):+.0%}"),
+    ("score", 60, lambda s, _e: _fmt(s.score)), ("what it does", 220, lambda s, _e: s.explanation),
+    ("bits", 54, lambda s, _e: _fmt(s.entropy)), ("spread", 68, lambda s, _e: _fmt(s.normalized_entropy)),
     *(column for name in PATTERNS for column in _pattern_columns(name)),
 ]
 SUMMARY_HEADERS = [header for header, _, _ in SUMMARY_COLUMNS]
@@ -286,6 +305,8 @@ def _pattern_legend() -> str:
 
 
 SUMMARY_LEGEND = (
+    "**effect**: the head's share of the answer's lead on this text (the note under the board says how it "
+    f"was measured); a head with {LARGE_EFFECT:.0%} or more, either way, has it beside its label too. "
     "**score**: how strongly the head shows its label, 0 to 1. **bits**: the entropy of a token's attention, "
     f"averaged; **spread**: that entropy over its maximum (1 = spread evenly). {_pattern_legend()}: how well "
     "the head follows each pattern on this text, corrected for chance (0 = no more than even attention, "
@@ -294,13 +315,14 @@ SUMMARY_LEGEND = (
 )
 
 
-def summary_table(summaries: list[HeadSummary]) -> list[list]:
+def summary_table(summaries: list[HeadSummary], effects: HeadEffects | None = None) -> list[list]:
     """Rows for a table with SUMMARY_HEADERS; an unmeasurable score shows as '-'."""
-    return [[cell(s) for _, _, cell in SUMMARY_COLUMNS] for s in summaries]
+    return [[cell(s, effects) for _, _, cell in SUMMARY_COLUMNS] for s in summaries]
 
 
-def summary_figure(summaries: list[HeadSummary]) -> go.Figure:
-    """A layer x head board: each cell coloured by the head's label, with its score."""
+def summary_figure(summaries: list[HeadSummary], effects: HeadEffects | None = None) -> go.Figure:
+    """A layer x head board: each cell coloured by the head's label, with its score, and for a head with a
+    large effect its share of the answer's lead, in bold."""
     n_layer = max(s.layer for s in summaries) + 1
     n_head = max(s.head for s in summaries) + 1
     kinds = list(LABELS)
@@ -311,7 +333,12 @@ def summary_figure(summaries: list[HeadSummary]) -> go.Figure:
         z[s.layer, s.head] = kinds.index(s.label)
         name = f"{s.offset} back" if s.label == "fixed-offset" else s.label
         text[s.layer][s.head] = f"{name}<br>{s.score:.2f}"
-        hover[s.layer][s.head] = f"layer {s.layer} head {s.head}<br>{'<br>'.join(textwrap.wrap(s.explanation, 60))}"
+        explained = textwrap.wrap(s.explanation, 60)
+        if _is_large(effects, s):
+            text[s.layer][s.head] += f"<br><b>{_share(effects, s):+.0%}</b>"
+        if effects is not None:
+            explained.append(f"Effect on the answer ({effects.method}): {_share(effects, s):+.0%}")
+        hover[s.layer][s.head] = f"layer {s.layer} head {s.head}<br>{'<br>'.join(explained)}"
     # a stepped colour scale: one flat band per label
     scale = []
     for i, kind in enumerate(kinds):

@@ -2,6 +2,7 @@
 server calls them, for a 6-layer, 8-head model on a 64-token text, and for GPT-2 small's shape.
 
     .venv/bin/python tests/bench/bench_inside.py [--runs 30] [--widths 256 512] [--gpt2-runs 3]
+    .venv/bin/python tests/bench/bench_inside.py --names-pair [--runs 3] [--threads 1 2]
 
 Each call goes through the tab's handler (session lookup, job lock, checks, core, figure) and then
 turns its figures into JSON as Gradio does before sending them. Random weights of a 65-character
@@ -14,6 +15,12 @@ character, as the built-in pairs) and at token 0 (the most work 64 tokens can as
 (random weights, 50,257 tokens) is timed on the names pair, which the public server's multiply-add
 budget (`max_importance_gmacs`, the one head importance keeps to) must admit, and at the longest
 text the budget admits.
+
+`--names-pair` (issue 40) times only patching (`core.attribution.patch`, every place of the stream and every
+head) of the names pair on GPT-2 small's shape and SmolLM2-135M's (30 layers of 9 heads, random weights:
+the work does not depend on them). The GPT-2 tokenizer writes the pair for both: SmolLM2's own writes it
+in as many tokens (14) with the same first difference (token 9). Run against an older checkout of `core/`
+(copy this file into it) for the figures before.
 """
 
 from __future__ import annotations
@@ -33,9 +40,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from host import describe_host  # noqa: E402
 
-from core.attribution import first_difference, patch_macs  # noqa: E402
+from core.attribution import MIN_PATCH_GAP, first_difference, patch, patch_macs  # noqa: E402
 from core.config import GPTConfig  # noqa: E402
 from core.model import GPT  # noqa: E402
+from core.pretrained import llama_config  # noqa: E402
 from core.tokenizers import CharTokenizer, GPT2Tokenizer  # noqa: E402
 from playground.context import AppContext  # noqa: E402
 from playground.sessions import SessionRegistry, TrainedModel  # noqa: E402
@@ -49,6 +57,9 @@ TEXT = "First Citizen:\nBefore we proceed any further, hear me speak. All:\n"[:6
 CHANGED_MID, CHANGED_FIRST = TEXT[:32] + "f" + TEXT[33:], "G" + TEXT[1:]
 GPT2_SMALL = dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768, tie_weights=True,
                   lm_head_bias=False, activation="gelu_tanh")
+SMOLLM2_135M = dict(model_type="llama", vocab_size=49152, max_position_embeddings=8192, num_hidden_layers=30,
+                    num_attention_heads=9, num_key_value_heads=3, hidden_size=576, intermediate_size=1536,
+                    rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)
 N_LAYER, N_HEAD = 6, 8
 SESSION = "bench"
 
@@ -138,12 +149,43 @@ def gpt2(runs: int) -> None:
         print(f"{'gpt2-small':>14} {name:>28} {median:10.1f} {p95:8.1f}")
 
 
+def names_pair(runs: int, threads: list[int]) -> None:
+    """Patching the names pair on GPT-2 small's and SmolLM2-135M's shapes: median and slowest of `runs`."""
+    ids, other = (GPT2Tokenizer().encode(text) for text in PAIRS[1])
+    print(f"names pair: {len(ids)} tokens, differing from token {first_difference(ids, other)}")
+    print(f"{'model':>14} {'threads':>7} {'G multiply-adds':>15} {'median s':>9} {'slowest s':>9}")
+    for name, config in (("gpt2-small", GPTConfig(**GPT2_SMALL)), ("smollm2-135m", llama_config(SMOLLM2_135M))):
+        model = GPT(config, generator=torch.Generator().manual_seed(0)).eval()
+        with torch.no_grad():  # far from the initialisation, so the texts' answers differ enough to patch
+            for parameter in model.parameters():
+                parameter += 0.05 * torch.randn(parameter.shape, generator=torch.Generator().manual_seed(1))
+        macs = patch_macs(config, len(ids), first_difference(ids, other)) / 1e9
+        for count in threads:
+            torch.set_num_threads(count)
+            patch(model, ids, other)  # warm-up
+            times = []
+            for _ in range(runs):
+                start = time.perf_counter()
+                patch(model, ids, other)
+                times.append(time.perf_counter() - start)
+            print(f"{name:>14} {count:>7} {macs:15.0f} {statistics.median(times):9.2f} {max(times):9.2f}")
+        gap = patch(model, ids, other).gap
+        assert abs(gap) >= MIN_PATCH_GAP, f"the answers differ by only {gap:.3f}: nothing was patched"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--widths", type=int, nargs="+", default=[256, 512])
     parser.add_argument("--gpt2-runs", type=int, default=3, help="0: leave GPT-2 out")
+    parser.add_argument("--names-pair", action="store_true", help="only patching the names pair (issue 40)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="with --names-pair")
     args = parser.parse_args()
+    if args.names_pair:
+        print(describe_host())
+        names_pair(args.runs, args.threads)
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     torch.set_num_threads(1)
     print(describe_host() + "; 1 thread")
     print(f"{'model':>14} {'handler':>28} {'median ms':>10} {'p95 ms':>8}")

@@ -19,6 +19,7 @@ from core.attention import (
     PATTERNS, PROBE_HALF_MAX, PROBE_HALF_MIN, HeadSummary, attention_maps, head_view, induction_probe,
     probe_induction, summarize_heads,
 )
+from core.attribution import head_effects, logit_attribution
 from core.config import GPTConfig
 from core.model import GPT
 from core.tokenizers import token_labels
@@ -26,7 +27,7 @@ from playground import validate
 from playground.context import AppContext
 from playground.figures import attention as figures
 from playground.gradio_internals import Dependency
-from playground.tabs.attention.common import Analyses, Analysis, Page, md, plot, reading_of
+from playground.tabs.attention.common import Analyses, Analysis, Page, md, plot, reading_of, summary_views
 
 EXAMPLES = [
     "First Citizen:\nBefore we proceed any further, hear me speak.",
@@ -58,8 +59,9 @@ class Handlers:
 
         Returns:
             (status, every layer x head as a heatmap grid, the heads' summary chart and table naming
-            each head's pattern, the layer and head pickers, the large view of one head, the head view and
-            its note: where the query looks most in each head).
+            each head's pattern and its effect on the next token, the layer and head pickers, the large view
+            of one head, the head view and its note: where the query looks most in each head, and the note
+            under the summary: labels read patterns, effects read causes).
         """
         settings = self.ctx.settings
         text = validate.text(text, "Text", settings.max_prompt_chars, cap=settings.cap_hint("max_prompt_chars"))
@@ -74,12 +76,14 @@ class Handlers:
             with validate.user_errors():
                 maps = attention_maps(model, ids)  # (L, H, T, T)
                 summaries = summarize_heads(maps, ids, probe_induction(model))
+                # what each head does to the next token's lead over the runner-up, beside its pattern
+                effects = head_effects(logit_attribution(model, ids)) if model.config.use_residual else None
             analysis = Analysis(ids, token_labels(tokenizer, ids), maps.half(), summaries,
-                                weakref.ref(reading), reading.step)
+                                weakref.ref(reading), reading.step, effects)
             session.attention = analysis
         group = model.config.n_head // model.config.kv_heads  # query heads per key/value head
         notes = [self._cut_note(len(all_ids), len(ids), model.config.max_length), _past_training(model.config, len(ids))]
-        return self._render(analysis, "  \n".join(note for note in notes if note), group)
+        return self._render(analysis, "  \n".join(note for note in notes if note), group, tokenizer)
 
     def _token_limit(self, model: GPT) -> int:
         """The most tokens an analysis takes: what the model can read (learned positions stop at the
@@ -96,23 +100,25 @@ class Handlers:
             why = f"this server shows at most {kept}. {self.ctx.settings.cap_hint('max_attention_tokens')}"
         return f"Kept the first {kept} of the text's {n_tokens} tokens: {why}"
 
-    def _render(self, analysis: Analysis, cut_note: str, group: int):
+    def _render(self, analysis: Analysis, cut_note: str, group: int, tokenizer):
         maps = analysis.weights()
         n_layer, n_head, n_tokens, _ = maps.shape
         query = n_tokens - 1  # the last token: the one whose next token the model predicts
         standouts = _standouts(analysis)  # open the most distinctive head, not an arbitrary first one
         layer, head = (standouts[0].layer, standouts[0].head) if standouts else (0, 0)
+        board, table, effects_note = summary_views(analysis, tokenizer)
         return (
             _status(analysis, cut_note),
             figures.heatmap_grid(maps, analysis.labels, group=group),
-            figures.summary_figure(analysis.summaries),
-            figures.summary_table(analysis.summaries),
+            board,
+            table,
             gr.Dropdown(choices=[(f"Layer {i}", i) for i in range(n_layer)], value=layer),
             gr.Dropdown(choices=[(f"Head {i}", i) for i in range(n_head)], value=head),
             gr.Dropdown(choices=[(name, i) for i, name in enumerate(figures.axis_labels(
                 analysis.labels, [(t, t + 1) for t in range(n_tokens)]))], value=query),
             figures.head_heatmap(maps[layer, head], analysis.labels, layer, head),
             *self._head_view(analysis, layer, query),
+            effects_note,
         )
 
     def show_head(self, layer, head, request: gr.Request):
@@ -268,6 +274,7 @@ def build(ctx: AppContext, handlers: Handlers) -> tuple[Page, Dependency]:
                 "one longer than the model's context is cut to fit; the last is for GPT-2)")
     status = gr.Markdown(elem_id="attention-status")
     summary_plot = plot("What each head does", "attention-summary")
+    summary_note = gr.Markdown(elem_id="attention-summary-note")
     grid = plot("Every layer x head", "attention-grid")
     with gr.Row():
         layer = gr.Dropdown(label="Layer", choices=[("Layer 0", 0)], value=0, scale=1)
@@ -283,7 +290,7 @@ def build(ctx: AppContext, handlers: Handlers) -> tuple[Page, Dependency]:
                              column_widths=figures.SUMMARY_WIDTHS,
                              show_search="search", elem_id="attention-table")
 
-    outputs = [status, grid, summary_plot, table, layer, head, query, large, view, view_note]
+    outputs = [status, grid, summary_plot, table, layer, head, query, large, view, view_note, summary_note]
     analysed = gr.on([analyse.click, text.submit], handlers.analyse, [text], outputs, api_name="attention",
                      **ctx.heavy("attention"))
     last.click(handlers.last_text, None, text, api_name="attention_last_text", **ctx.cheap())
@@ -296,4 +303,4 @@ def build(ctx: AppContext, handlers: Handlers) -> tuple[Page, Dependency]:
     head_picked = table.select(handlers.select_head, None, [layer, head, large], api_name="attention_select",
                                api_visibility="private", **ctx.cheap())
     ctx.follow_model(handlers.model_changed, [], [status])
-    return Page(layer, head, query, head_picked), analysed
+    return Page(layer, head, query, head_picked, [summary_plot, table, summary_note]), analysed

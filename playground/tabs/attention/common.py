@@ -1,7 +1,8 @@
 """What every section of the Attention tab shares: the sessions' analyses as the sections read them
 (`Analyses`; `Analysis` is declared with the session's state in `playground.sessions`), what the export
-reads of each tool (`Tool`), the page the tools follow (`Page`), and small helpers (the model read, a
-head's name, a Markdown-safe token, a plot with PNG and SVG buttons).
+reads of each tool (`Tool`), the page the tools follow (`Page`), the heads' summary (drawn by the analysis,
+redrawn by patching), and small helpers (the model read, a head's name, a Markdown-safe token, a plot
+with PNG and SVG buttons).
 
 A section is one module with a `Handlers` class, made with what it depends on (the app's context and
 the `Analyses`; the export also the tools whose results it gathers), and a `build` function; `layout`
@@ -19,9 +20,12 @@ from typing import Protocol
 
 import gradio as gr
 
+from core.attention import HeadSummary
+from core.attribution import LARGE_EFFECT, MIN_PATCH_GAP, HeadEffects
 from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
+from playground.figures import attention as figures
 from playground.gradio_internals import Dependency
 from playground.sessions import Analysis, Session, TrainedModel
 
@@ -44,6 +48,38 @@ def head_name(layer: int, head: int) -> str:
 def md(text: str) -> str:
     """Text from the user (a token) shown literally in Markdown."""
     return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~&])", r"\\\1", text)
+
+
+def summary_views(analysis: Analysis, tokenizer: Tokenizer) -> tuple:
+    """The heads' summary as the page shows it: (the board, the table's rows, the note under the board)."""
+    effects = analysis.effects
+    return (figures.summary_figure(analysis.summaries, effects), figures.summary_table(analysis.summaries, effects),
+            effects_note(effects, analysis.summaries, tokenizer))
+
+
+def effects_note(effects: HeadEffects | None, summaries: list[HeadSummary], tokenizer: Tokenizer) -> str:
+    """The sentence under the summary: labels read patterns, effects read causes; how the effects were
+    measured, on which answer, and the heads with the largest."""
+    lead = ("**Labels read patterns, effects read causes.** A label says where a head looks on this text; "
+            "its effect says how much of the answer it makes")
+    if effects is None:
+        return (f"{lead}: none here (the model's two likeliest next tokens are within {MIN_PATCH_GAP:g} of a logit, "
+                "or it has no residual stream to split).")
+    answer, other = (md(tokenizer.token_label(token)) for token in (effects.target, effects.alternative))
+    how = {
+        "attribution": f"each head's direct share of the model's lead of **{answer}** over **{other}** at the last "
+                       "token (direct logit attribution; **Patch** this text against a corrupted one to measure "
+                       "causes)",
+        "patching": f"the share of **{answer}**'s lead over **{other}** that each head's clean output brings back "
+                    "into the corrupted run (activation patching)",
+    }[effects.method]
+    labels = {(s.layer, s.head): s.label for s in summaries}
+    largest = [f"{head_name(layer, head)} {labels[layer, head]} {share:+.0%}"
+               for layer, head, share in effects.ranked()[:6]]
+    found = (f"Largest: {', '.join(largest)}." if largest else
+             f"No head has {LARGE_EFFECT:.0%} of it on its own.")
+    return (f"{lead}: {how}. {found} A head with {LARGE_EFFECT:.0%} or more shows it beside its label, "
+            "whatever the label: a 'mixed' head can carry the answer, and a clean pattern can change nothing.")
 
 
 def plot(label: str, elem_id: str, **kwargs) -> gr.Plot:
@@ -112,3 +148,4 @@ class Page:
     head: gr.Dropdown
     query: gr.Dropdown
     head_picked: Dependency  # a row of the summary table opened a head in the large view
+    summary: list[gr.Component]  # the heads' board, table and note (`summary_views`): patching redraws them

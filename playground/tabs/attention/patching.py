@@ -2,19 +2,22 @@
 one part of the clean run at a time (the residual stream at one layer and position, or one head's
 output), and the figures show how much of the clean answer each part brings back. Api `/patch`. Where
 the two answers barely differ (core.attribution.MIN_PATCH_GAP) the note says so and nothing is drawn.
+Where the clean text is the text analysed, the heads' summary shows patching's shares as their effects.
 Never imports another section.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import gradio as gr
 
-from core.attribution import MIN_PATCH_GAP, first_difference, patch, patch_macs
+from core.attribution import MIN_PATCH_GAP, first_difference, head_effects, patch, patch_macs
 from core.tokenizers import Tokenizer
 from playground import validate
 from playground.context import AppContext
 from playground.figures import why
-from playground.tabs.attention.common import Analyses, Page, head_name, md, plot
+from playground.tabs.attention.common import Analyses, Page, head_name, md, plot, summary_views
 
 # What a new analysis clears, by output (`build` returns the components under these names).
 CLEARED = {"note": "", "residual": None, "heads": None}
@@ -46,12 +49,13 @@ class Handlers:
 
     def patching(self, clean, corrupted, request: gr.Request):
         """A note on the two answers and the part that restores most; the stream and head heatmaps (none,
-        and the note says why, when the corruption barely moves the answer)."""
+        and the note says why, when the corruption barely moves the answer); where the clean text is the
+        text analysed and there are shares, the heads' summary (board, table, note) with them as effects."""
         limit = self.ctx.settings.max_prompt_chars
         cap = self.ctx.settings.cap_hint("max_prompt_chars")
         clean = validate.text(clean, "Clean text", limit, cap=cap)
         corrupted = validate.text(corrupted, "Corrupted text", limit, cap=cap)
-        with self.analyses.current(request) as (_, analysis, reading):
+        with self.analyses.current(request) as (session, analysis, reading):
             model, tokenizer = reading.model, reading.tokenizer
             clean_ids = validate.tokens(tokenizer, clean, "Clean text")
             corrupted_ids = validate.tokens(tokenizer, corrupted, "Corrupted text")
@@ -63,11 +67,16 @@ class Handlers:
                 model.check_length(len(clean_ids))
                 result = patch(model, clean_ids, corrupted_ids)
             analysis.results["patching"] = result
+            summary = (gr.skip(),) * 3
+            effects = head_effects(result)
+            if clean_ids == analysis.ids and effects is not None:  # the causes of the analysed text's answer
+                session.attention = dataclasses.replace(analysis, effects=effects)
+                summary = summary_views(session.attention, tokenizer)
             labels = [tokenizer.token_label(token) for token in clean_ids]
             answers = tuple(tokenizer.token_label(token) for token in (result.target, result.alternative))
         if not result.meaningful:
-            return _too_close(result, *answers), None, None
-        return _note(result, *answers), why.patching_residual(result, labels), why.patching_heads(result)
+            return _too_close(result, *answers), None, None, *summary
+        return _note(result, *answers), why.patching_residual(result, labels), why.patching_heads(result), *summary
 
     def fitting_pair(self, clean, corrupted, request: gr.Request):
         """After the model changed: while the boxes hold a built-in pair, the first built-in pair the model
@@ -144,6 +153,7 @@ def build(ctx: AppContext, handlers: Handlers, page: Page) -> dict[str, gr.Compo
         shown = dict(note=gr.Markdown(elem_id="patching-note"),
                      residual=plot("The residual stream", "patching-residual"),
                      heads=plot("Each head", "patching-heads"))
-    run.click(handlers.patching, [clean, corrupted], list(shown.values()), api_name="patch", **ctx.heavy("attention"))
+    run.click(handlers.patching, [clean, corrupted], list(shown.values()) + page.summary, api_name="patch",
+              **ctx.heavy("attention"))
     ctx.follow_model(handlers.fitting_pair, [clean, corrupted], [clean, corrupted])
     return shown
