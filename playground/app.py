@@ -23,13 +23,17 @@ from pathlib import Path
 
 import gradio as gr
 import torch
-from starlette.routing import BaseRoute
+from fastapi.routing import APIRoute
 
 from core.schedule import FairShare
 from playground.context import AppContext
 from playground.errors import GuardedBlocks, harden, unknown_event_handlers
 from playground.gradio_internals import (
-    event_handlers, forget_sessions, idle_sessions, page_closed, skip_missing_optional_imports,
+    event_handlers,
+    forget_sessions,
+    idle_sessions,
+    page_closed,
+    skip_missing_optional_imports,
 )
 from playground.rooms import Rooms
 from playground.sessions import SessionRegistry, release_memory, reuse_freed_memory
@@ -184,7 +188,7 @@ def _freer(registry: SessionRegistry):
 
 
 def launch_kwargs(settings: Settings, host: str = "127.0.0.1", port: int | None = None, mcp: bool = False,
-                  routes: Sequence[BaseRoute] = ()) -> dict:
+                  routes: Sequence[APIRoute] = ()) -> dict:
     """`routes`: the app's own (`build_app(...).routes`: a room's page asks for its lesson there). Secure defaults: no share link, no monitoring endpoint, no extra served paths, an upload
     cap, server exceptions hidden (gr.Error messages are always shown), calls to unknown events
     answered 404 in one log line, no MCP server unless `mcp` (Gradio would read $GRADIO_MCP_SERVER)."""

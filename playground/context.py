@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
-from starlette.routing import BaseRoute
+from fastapi.routing import APIRoute
 
 from core.config import TrainConfig
 from core.data import TokenData
@@ -59,6 +59,7 @@ from playground.sessions import SessionRegistry
 from playground.settings import Settings
 from playground.store import StateStore
 from playground.zerogpu import Chunk, Update, ZeroGPU
+
 
 @dataclass(frozen=True)
 class LessonForm:
@@ -98,7 +99,7 @@ class AppContext:
     rooms: Rooms | None = None  # the teachers' rooms (playground.rooms; made from the settings if None)
     lesson: LessonForm | None = None  # the Train tab's form as a room's lesson (set by the Train tab)
     # Plain HTTP routes the tabs add to the app beside Gradio's (`launch_kwargs(..., routes=demo.routes)`)
-    routes: list[BaseRoute] = field(default_factory=list, init=False)
+    routes: list[APIRoute] = field(default_factory=list, init=False)
     # (fn, inputs, outputs) of what follows `model_changed`, in the order the tabs asked (`follow_model`)
     followers: list[tuple[Callable[..., Any], list[gr.Component], list[gr.Component]]] = field(
         default_factory=list, init=False)

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.routing import Route
+from fastapi.routing import APIRoute
 
 from core.data import CORPORA
 from core.runs import RUNS_KEPT, RunRecord
@@ -44,7 +44,11 @@ from core.tokenizers import token_labels
 from playground import validate
 from playground.context import AppContext
 from playground.figures import note_figure
-from playground.figures.room import class_chart_png, class_loss_figure, class_maps_figure
+from playground.figures.room import (
+    class_chart_png,
+    class_loss_figure,
+    class_maps_figure,
+)
 from playground.gradio_internals import PlotData
 from playground.rooms import Lesson, Member, Progress, Room, finite, head_map, thinned
 from playground.sessions import Session
@@ -439,7 +443,7 @@ def build(ctx: AppContext) -> RoomHandlers:
     return handlers
 
 
-def chart_route(handlers: RoomHandlers) -> Route:
+def chart_route(handlers: RoomHandlers) -> APIRoute:
     """The route the teacher's page redraws the class chart from (CHART_LOOP): POST {"code", "key", "highlight"},
     answered {"plot": the chart's Plotly JSON}; 403 with the words a wrong key gets over the API, 400 for a body
     that is no such JSON, 413 for one longer than CHART_BODY_BYTES (read no further). The chart is made in a
@@ -464,7 +468,7 @@ def chart_route(handlers: RoomHandlers) -> Route:
             return JSONResponse({"error": error.message}, 403)
         return JSONResponse({"plot": plot.plot}, headers={"Cache-Control": "no-store"})
 
-    return Route(CHART_PATH, room_chart, methods=["POST"])
+    return APIRoute(CHART_PATH, room_chart, methods=["POST"])
 
 
 def _row_name(event: gr.SelectData) -> Any:

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
+from fastapi import Request
 from fastapi.responses import JSONResponse
-from starlette.routing import Route
+from fastapi.routing import APIRoute
 
 from playground import validate
 from playground.context import AppContext, LessonForm
@@ -218,13 +219,13 @@ def wire(ctx: AppContext, shown: Banner, setter: link.FormSetter, rules: FormRul
     return learner
 
 
-def lesson_route(rooms: Rooms) -> Route:
+def lesson_route(rooms: Rooms) -> APIRoute:
     """The route a joined page asks with its ticket (FOLLOW): {"lesson": the version of its room's lesson, 0 when
     none, ENDED once the room ended or the learner left}. Run on the server's event loop, no thread, no Gradio
     event: a dictionary lookup. A ticket is random and only looked up, never stored from a request."""
 
-    async def room_lesson(request) -> JSONResponse:
+    async def room_lesson(request: Request) -> JSONResponse:
         return JSONResponse({"lesson": rooms.asked(request.query_params.get("ticket"))},
                             headers={"Cache-Control": "no-store"})
 
-    return Route(LESSON_PATH, room_lesson, methods=["GET"])
+    return APIRoute(LESSON_PATH, room_lesson, methods=["GET"])
