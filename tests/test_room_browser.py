@@ -7,8 +7,6 @@ formed. Screenshots go to tests/screenshots/ (git-ignored) for a person to look 
 
 import dataclasses
 import re
-import statistics
-import threading
 import time
 
 import pytest
@@ -18,6 +16,7 @@ from playground.settings import Settings
 from playground.tabs.room import TICK_S
 from support.app import serve, wait_until
 from support.browser import assert_no_errors, new_page, open_tab, set_number, shot
+from support.class_chart import RECORD, ServerSteps, delays, drawn, summary
 
 
 pytestmark = pytest.mark.browser
@@ -25,21 +24,6 @@ LEARNERS = 10
 STEPS = 100  # the default preset's copying head forms about step 60-65, its answers are all right by step 100
 TRAINED_S = 300.0  # ten trainings of STEPS at once, on CI's 2 cores beside the browser's eleven pages
 APPEARS_S = 30.0  # asserted: generous for CI's busy 2 cores (the issue asks for 2 s; the view ticks every 1 s)
-# Kept in each page: (time, the last step of each named trace) whenever one changes. Read in the page every 100 ms
-# so that eleven pages cost Python nothing until the end, on one clock (the pages share this machine's).
-RECORD = """([selector, every]) => {
-    window.seenSteps = []; let last = "";
-    setInterval(() => {
-        const plot = document.querySelector(selector);
-        if (!plot || !plot.data) return;
-        const steps = {};
-        for (const trace of plot.data) if (trace.x && trace.x.length) steps[trace.name] = Math.max(...trace.x);
-        const now = JSON.stringify(steps);
-        if (now !== last) { last = now; window.seenSteps.push([Date.now() / 1000, steps]); }
-    }, every);
-}"""
-
-
 @pytest.fixture(scope="module")
 def room_server():
     """One server for this file's teacher and learners, stepping its trainings in worker processes as a server on
@@ -125,49 +109,6 @@ def class_table(teacher) -> list[dict[str, str]]:
             [...row.querySelectorAll('[role=gridcell]')].map(cell => [heads[cell.dataset.col],
                                                                       cell.innerText.trim()])));
     }""")
-
-
-def delays(updates: list[tuple[float, int]], teacher_seen: list, name: str) -> list[float]:
-    """For each (moment, step) of a learner's updates: seconds until the teacher's chart showed `name` at that
-    step or later (inf: never)."""
-    found = []
-    for moment, step in updates:
-        shown = (when for when, traced in teacher_seen if traced.get(name, -1) >= step)
-        found.append(next(shown, float("inf")) - moment)  # below 0: the view had it before that moment
-    return found
-
-
-def drawn(learner_seen: list) -> list[tuple[float, int]]:
-    """(moment, step) each time the learner's own chart drew a new training point."""
-    return [(moment, steps["train"]) for moment, steps in learner_seen if "train" in steps]
-
-
-class ServerSteps(threading.Thread):
-    """Each learner's last trained step as the server recorded it (their session's history), read every 50 ms on
-    the pages' clock (seconds since 1970): when a point exists, before any page draws it."""
-
-    def __init__(self, demo, keys: dict[str, str]) -> None:
-        super().__init__(daemon=True)
-        self.demo, self.keys, self.stopped = demo, keys, threading.Event()
-        self.updates: dict[str, list[tuple[float, int]]] = {name: [] for name in keys.values()}
-        self.start()
-
-    def run(self) -> None:
-        while not self.stopped.wait(0.05):
-            for key, name in self.keys.items():
-                session = self.demo.registry.peek(key)
-                trained = None if session is None else session.trained
-                rows = [] if trained is None else trained.history[-3:]
-                steps = [row["step"] for row in rows if row.get("train_loss") is not None]
-                seen = self.updates[name]
-                if steps and (not seen or steps[-1] > seen[-1][1]):
-                    seen.append((time.time(), steps[-1]))
-
-
-def summary(waits: list[float]) -> str:
-    every = sorted(waits)
-    return (f"p50 {statistics.median(every):.2f} s, p90 {every[len(every) * 9 // 10]:.2f} s, max {every[-1]:.2f} s "
-            f"({len(every)} points)")
 
 
 class Laps:
