@@ -98,6 +98,15 @@ def test_missing_or_unexpected_tensors_are_named(tmp_path):
         load_llama(folder)
 
 
+def randomized(hf) -> None:
+    """Weights of std 0.3 (norms around 1), so that a mapping mistake cannot hide in near-zero weights; eager
+    attention, whose maps transformers returns."""
+    hf.set_attn_implementation("eager")
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            p.copy_(torch.randn_like(p) * 0.3 + (1.0 if "norm" in name else 0.0))
+
+
 def test_a_mistral_with_a_sliding_window_matches_transformers(tmp_path):
     # Mistral's layout is Llama's; its sliding window is ours: a query sees itself and window - 1 keys back.
     torch.manual_seed(3)
@@ -105,10 +114,7 @@ def test_a_mistral_with_a_sliding_window_matches_transformers(tmp_path):
         vocab_size=len(WORDS) + 1, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64, sliding_window=5, rms_norm_eps=1e-5)
     hf = transformers.MistralForCausalLM(config).eval()
-    hf.set_attn_implementation("eager")
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            p.copy_(torch.randn_like(p) * 0.3 + (1.0 if "norm" in name else 0.0))
+    randomized(hf)
     ours = load_llama(saved(hf, tmp_path))
     assert (ours.model.config.window, ours.model.config.n_kv_head) == (5, 2)
     ids = torch.tensor([ours.tokenizer.encode(TEXT)])  # 17 tokens: the window binds
@@ -132,10 +138,7 @@ def test_a_qwen2_with_its_query_key_and_value_biases_matches_transformers(tmp_pa
         vocab_size=len(WORDS) + 1, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=True)
     hf = transformers.Qwen2ForCausalLM(config).eval()
-    hf.set_attn_implementation("eager")
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            p.copy_(torch.randn_like(p) * 0.3 + (1.0 if "norm" in name else 0.0))
+    randomized(hf)
     ours = load_llama(saved(hf, tmp_path))
     assert ours.model.config.qkv_bias and not ours.model.config.bias and ours.model.config.window is None
     ids = torch.tensor([ours.tokenizer.encode(TEXT)])
