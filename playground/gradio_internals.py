@@ -7,6 +7,9 @@ that no other module of the app imports from Gradio's submodules or reaches for 
 - `PlotData` (gradio.components.plot, fields `type` and `plot`): a gr.Plot's value already serialised. A run's
   stream sends the same chart many times; `plotly_json` hands Gradio Plotly's JSON made once, not a figure it
   would serialise again on every update.
+- Gradio's Plotly bundle (`PLOTLY_BUNDLE`: `templates/frontend/assets/PlotlyPlot-*.js`, which sets `window.Plotly`
+  when imported, as gr.Plot imports it): `playground.live_plot` draws with the same Plotly, imported from the same
+  address, so a page holds one Plotly.
 - `Dependency` (gradio.events): what an event listener returns (`button.click(...)`), for annotations only.
 - `Blocks.preprocess_data(block_fn, inputs, state, explicit_call)`, awaited for every call's inputs:
   `InputCheckedBlocks` overrides it to turn Gradio's own input checks' failures into the app's message
@@ -38,6 +41,7 @@ import datetime
 import importlib.util
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -50,9 +54,21 @@ from gradio.route_utils import FnIndexInferError
 
 READ_AGAINST = "6.31.0"  # the Gradio whose source this module was read against
 HEARTBEAT_ROUTE_END = "/heartbeat/{session_hash}"  # the route whose end runs a page's unload events
+FRONTEND_ASSETS = Path(gr.__file__).parent / "templates" / "frontend" / "assets"  # served at the page's assets/
 # What Gradio raises for a call to an event it does not have: an unknown name FnIndexInferError (/call, /run)
 # or KeyError (/call/v2), an unknown fn_index KeyError (/queue/join, /run/predict).
 UNKNOWN_EVENT_ERRORS: tuple[type[Exception], ...] = (FnIndexInferError, KeyError)
+
+
+def _plotly_bundle() -> str:
+    """The name of Gradio's Plotly bundle among its page's assets (one, whose name has a hash of its content)."""
+    found = sorted(path.name for path in FRONTEND_ASSETS.glob("PlotlyPlot-*.js"))
+    if len(found) != 1:
+        raise RuntimeError(f"Gradio's page should have one Plotly bundle (PlotlyPlot-*.js), found {found}")
+    return found[0]
+
+
+PLOTLY_BUNDLE = _plotly_bundle()
 
 
 def plotly_json(figure_json: str) -> PlotData:

@@ -31,6 +31,9 @@ def test_train_tab_trains_the_default_task_with_live_charts(page):
     page.locator("#param-count").filter(has_text="parameters").wait_for()
     shot(page, "1-train-start")
     set_number(page, "Steps", 200)  # the default recipe, shortened for the test
+    charts = ("#loss-plot .js-plotly-plot", "#live-attention .js-plotly-plot", "#head-scores .js-plotly-plot")
+    for chart in charts:  # drawn before training (placeholders): marked, to see that training redraws the same ones
+        page.locator(chart).evaluate("chart => { chart.dataset.before = 'training'; }")
     page.locator("#train-button").click()
     page.locator("#train-progress").filter(has_text="tokens/s").wait_for()
     page.locator("#loss-plot .js-plotly-plot").wait_for()
@@ -38,6 +41,8 @@ def test_train_tab_trains_the_default_task_with_live_charts(page):
     page.locator("#train-progress").filter(has_text="% right").wait_for()  # the copied half, scored
     page.locator("#live-attention .js-plotly-plot").wait_for()
     assert page.locator("#loss-plot .scatterlayer .trace").count() == 3  # train, validation, and the answers
+    for chart in charts:  # redrawn in place (LivePlot), not a new chart mounted for each update as gr.Plot does
+        assert page.locator(chart).evaluate("chart => chart.dataset.before") == "training", chart
     assert page.locator("#live-sample textarea").input_value() != ""
     shot(page, "2-train-done")
     assert_no_errors(page)

@@ -70,6 +70,16 @@ def test_plot_data_is_a_plots_value_as_gradio_makes_it():
     assert gr.Plot().postprocess(figure) == value, changed("how gr.Plot serialises a Plotly figure")
 
 
+def test_the_plotly_bundle_is_the_one_gr_plot_imports_and_it_sets_window_plotly():
+    assets = internals.FRONTEND_ASSETS
+    importers = [path.name for path in assets.glob("Plot-*.js") if internals.PLOTLY_BUNDLE in path.read_text()]
+    assert importers, changed(f"which asset imports the Plotly bundle ({internals.PLOTLY_BUNDLE})")
+    bundle = (assets / internals.PLOTLY_BUNDLE).read_text(encoding="utf-8")
+    assert "window.Plotly=" in bundle.replace(" ", ""), changed("the Plotly bundle's setting window.Plotly")
+    index = (assets.parent / "index.html").read_text(encoding="utf-8")
+    assert '<script type="module"' in index and "./assets/index-" in index, changed("how the page loads its assets")
+
+
 def test_an_event_listener_returns_a_dependency():
     with gr.Blocks():
         listener = gr.Button().click(lambda: None)

@@ -36,6 +36,7 @@ from playground import validate
 from playground.context import AppContext
 from playground.figures.baby import chain_figure, comparison_figure
 from playground.figures.training import loss_figure
+from playground.live_plot import LivePlot
 from playground.sessions import BabyState, training_bytes
 
 DEFAULTS = BabyConfig()
@@ -310,9 +311,9 @@ def build(ctx: AppContext) -> BabyHandlers:
                     seed = gr.Number(DEFAULTS.seed, label="Seed", precision=0, minimum=0)
             train = gr.Button("Train baby GPT", variant="primary", elem_id="baby-train")
             status = gr.Markdown(status0, elem_id="baby-status")
-            loss = gr.Plot(loss0, label="Loss", elem_id="baby-loss")
+            loss = LivePlot(loss0, label="Loss", elem_id="baby-loss")
         with gr.Column(scale=2, min_width=420):
-            chain = gr.Plot(chain0, label="The model as a Markov chain", elem_id="baby-chain")
+            chain = LivePlot(chain0, label="The model as a Markov chain", elem_id="baby-chain")
             with gr.Row():
                 step = gr.Slider(0, DEFAULTS.steps, 0, step=1, label="Step (drag to replay training)",
                                  elem_id="baby-step")

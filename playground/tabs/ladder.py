@@ -28,6 +28,7 @@ from playground import validate
 from playground.context import AppContext
 from playground.figures.ladder import ladder_figure
 from playground.gradio_internals import PlotData
+from playground.live_plot import LivePlot
 from playground.pacing import STOP_WAIT_S, UI_INTERVAL_S, duration, slowdown
 from playground.sessions import training_bytes
 
@@ -261,7 +262,7 @@ def build(ctx: AppContext) -> LadderHandlers:
             stop = gr.Button("Stop", variant="stop", elem_id="ladder-stop")
     status = gr.Markdown(status0, elem_id="ladder-status")
     with gr.Row(equal_height=False):
-        plot = gr.Plot(plot0, label="Validation loss of every rung", min_width=320, elem_id="ladder-plot")
+        plot = LivePlot(plot0, label="Validation loss of every rung", min_width=320, elem_id="ladder-plot")
         table = gr.Dataframe(table0, label="Each rung beside the lecture", interactive=False, wrap=True,
                              column_widths=list(COLUMN_WIDTHS), min_width=320, elem_id="ladder-table")
 

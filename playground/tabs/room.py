@@ -9,7 +9,7 @@ is refused, over the API as in the page. The view reads what the learners' train
 history rows and last attention snapshot): it costs the server a table's worth of reading a second.
 
 The chart is redrawn every TICK_S by the page's own script (CHART_LOOP: a POST of the code and key to a plain
-route of the app, `chart_route`, answered with the chart's Plotly JSON, drawn with Plotly.react), not by a Gradio
+route of the app, `chart_route`, answered with the chart's Plotly JSON, drawn in place by the LivePlot), not by a Gradio
 event: in the browser each Gradio event costs ~100 ms of the page's main thread however small its outputs are (it
 updates the loading state of the page's ~400 components), so one a second kept a teacher's page busy most of the
 time on a loaded laptop, and a learner's new point reached the chart 1.5-3 s late. Counts and table come every
@@ -50,6 +50,7 @@ from playground.figures.room import (
     class_maps_figure,
 )
 from playground.gradio_internals import PlotData
+from playground.live_plot import LivePlot
 from playground.rooms import Lesson, Member, Progress, Room, finite, head_map, thinned
 from playground.sessions import Session
 
@@ -59,39 +60,33 @@ MAPS_PER_PAGE = 24
 MAPS_PER_ROW = 4  # a phone's 390 px still gives each map ~80 px and its name room
 CHART_POINTS = 60  # of each learner's curve on the class chart: 150 learners stay a light update
 TICK_S = 1.0  # the chart's redraw: a learner's new point shows within about this
-TABLE_TICK_S = 2.0  # the counts' and the table's refresh
-MAPS_TICK_S = 5.0  # the gallery's: maps change slowly, and they are the heavy part
+# The counts' and the table's refresh, and the gallery's (maps change slowly, and they are the heavy part): Gradio
+# events, each ~0.3 s of the page's main thread at ten learners however small (its loading states and inputs walk
+# the page's components), which the chart's redraw waits behind: rare enough to leave the chart its second.
+TABLE_TICK_S = 4.0
+MAPS_TICK_S = 10.0
 CHART_PATH = "/room_chart"
 CHART_BODY_BYTES = 1024  # a chart request's JSON: a code, a key of at most KEY_CHARS, a learner's name
 # The page's side of the chart (see the module's docstring), started when the class view is shown with the code and
-# key typed: every TICK_S, while the chart is on screen, POST them with the highlighted learner to CHART_PATH and
-# draw the answer with the page's Plotly as gr.Plot draws it (its layout and config settings, the same config: a
-# different one would make Plotly build the chart anew). A 403 (the room ended, or closed) ends it.
+# key typed: every TICK_S (from one request's start to the next), while the chart is on screen, POST them with the highlighted learner to CHART_PATH and
+# hand the answer to the chart (a LivePlot) to draw. A 403 (the room ended, or closed) ends it.
 CHART_LOOP = f"""(code, key) => {{
     clearTimeout(window.classChart);
     if (!code || !key) return;
     const root = ((window.gradio_config && window.gradio_config.root) || ".").replace(/\\/$/, "");
     const draw = async () => {{
-        const plot = document.querySelector("#class-chart .js-plotly-plot");
-        if (plot && plot.offsetParent !== null && window.Plotly) {{
+        const started = performance.now(), plot = document.querySelector("#class-chart .live-plot");
+        if (plot && plot.show && plot.offsetParent !== null) {{
             const highlight = document.querySelector("#class-highlight input");
             try {{
                 const answer = await fetch(`${{root}}{CHART_PATH}`, {{method: "POST", cache: "no-store",
                     headers: {{"Content-Type": "application/json"}},
                     body: JSON.stringify({{code, key, highlight: highlight ? highlight.value : null}})}});
                 if (answer.status === 403) return;
-                if (answer.ok) {{
-                    const figure = JSON.parse((await answer.json()).plot), layout = figure.layout;
-                    layout.autosize = true;
-                    layout.margin = layout.margin || {{}};
-                    if (layout.title) layout.margin.t = Math.max(100, layout.margin.t || 0);
-                    layout.margin.autoexpand = true;
-                    const config = {{...(figure.config || {{}}), responsive: true}};
-                    await window.Plotly.react(plot, figure.data, layout, config);
-                }}
+                if (answer.ok) plot.show((await answer.json()).plot);
             }} catch (error) {{}}
         }}
-        window.classChart = setTimeout(draw, {TICK_S * 1000:.0f});
+        window.classChart = setTimeout(draw, Math.max(0, {TICK_S * 1000:.0f} - (performance.now() - started)));
     }};
     window.classChart = setTimeout(draw, 0);
 }}"""
@@ -346,8 +341,8 @@ def build(ctx: AppContext) -> RoomHandlers:
         counts = gr.Markdown(elem_id="class-counts")
         highlight = gr.Dropdown([], value=None, label="Highlight a learner (or click their row)",
                                 allow_custom_value=False, elem_id="class-highlight")
-        chart = gr.Plot(note_figure("No learner has trained yet."), label="Every learner's training loss",
-                        elem_id="class-chart")
+        chart = LivePlot(note_figure("No learner has trained yet."), label="Every learner's training loss",
+                         elem_id="class-chart")
         # not wrapped: a phone scrolls it sideways (wrapped, its headers broke letter by letter)
         table = gr.Dataframe(headers=list(COLUMNS), interactive=False, elem_id="class-table")
         with gr.Row():
@@ -357,8 +352,8 @@ def build(ctx: AppContext) -> RoomHandlers:
             layer = gr.Slider(0, ctx.settings.max_layers - 1, value=0, step=1, label="Layer", elem_id="class-layer")
             head = gr.Slider(0, ctx.settings.max_heads - 1, value=0, step=1, label="Head", elem_id="class-head")
             maps_page = gr.Number(1, precision=0, minimum=1, label="Maps page", elem_id="class-maps-page")
-        maps = gr.Plot(note_figure("Each learner's map of the head you pick appears here."),
-                       label="One attention map per learner", elem_id="class-maps")
+        maps = LivePlot(note_figure("Each learner's map of the head you pick appears here."),
+                        label="One attention map per learner", elem_id="class-maps")
         with gr.Accordion("Push a lesson", open=True, elem_id="room-lesson"):
             gr.Markdown("Set up the **Train** tab as the lesson (a preset, any field), then push it: every "
                         "learner's form changes at once, with a banner saying what changed. A learner who is "

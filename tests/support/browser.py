@@ -37,6 +37,20 @@ def find_chromium(bundled: str = "") -> str:
                       f".venv/bin/playwright install chromium) or set {CHROMIUM_ENV} to its path")
 
 
+def launch_niced(playwright, executable: str, folder: Path, niceness: int):
+    """A second Chromium whose every process takes the CPU after everything else on this machine: pages that stand
+    for other people's devices, so that on one host their drawing leaves the cores to the server and to the page a
+    test measures. Run through `nice`; as root also without the capability to lower a niceness (CAP_SYS_NICE), since
+    Chromium run as root sets its browser process to -8 and its renderers to 0 again."""
+    launcher = folder / "chromium-niced"
+    launcher.write_text("#!/bin/sh\n"
+                        f'[ "$(id -u)" = 0 ] && exec setpriv --bounding-set -sys_nice --inh-caps -sys_nice '
+                        f'nice -n {niceness} "{executable}" "$@"\n'
+                        f'exec nice -n {niceness} "{executable}" "$@"\n')
+    launcher.chmod(0o755)
+    return playwright.chromium.launch(executable_path=str(launcher), args=CHROMIUM_ARGS)
+
+
 def new_page(browser, url: str, width: int = 1366, height: int = 900, ready: bool = True, **options):
     """A new page (its own session) on the app, errors recorded, once the Train tab is up (or as soon as the
     server answers, if not `ready`: pages then load side by side); `options` go to Playwright's `browser.new_page`."""

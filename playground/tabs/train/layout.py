@@ -37,6 +37,7 @@ from core.presets import PRESETS
 from playground.context import AppContext
 from playground.figures import note_figure
 from playground.figures.training import loss_figure
+from playground.live_plot import LivePlot
 from playground.sessions import Session
 from playground.tabs.train import compare, link, room
 from playground.tabs.train.checkpoints import NO_MODEL_TO_EXPORT, CheckpointHandlers
@@ -176,13 +177,13 @@ def build(ctx: AppContext) -> TrainHandlers:
         with gr.Column(scale=3, min_width=300, elem_id="train-live"):
             # The chart and the attention map side by side on a desktop: both in view while it trains.
             with gr.Row(equal_height=False):
-                shown["loss_plot"] = gr.Plot(loss_figure([]), label="Loss", elem_id="loss-plot", min_width=280)
-                attention_plot = gr.Plot(note_figure(NO_ATTENTION_YET), label="Attention on a probe prompt",
-                                         elem_id="live-attention", min_width=280)
+                shown["loss_plot"] = LivePlot(loss_figure([]), label="Loss", elem_id="loss-plot", min_width=280)
+                attention_plot = LivePlot(note_figure(NO_ATTENTION_YET), label="Attention on a probe prompt",
+                                          elem_id="live-attention", min_width=280)
             # Under the chart, each head's scores over training; under the live map, its replay.
             with gr.Row(equal_height=False):
-                head_scores = gr.Plot(note_figure(NO_SCORES), label="Head scores over training",
-                                      elem_id="head-scores", min_width=280)
+                head_scores = LivePlot(note_figure(NO_SCORES), label="Head scores over training",
+                                       elem_id="head-scores", min_width=280)
                 with gr.Column(min_width=280, elem_id="movie"):
                     with gr.Row(equal_height=False):
                         movie_step = gr.Slider(0, 1, value=0, step=1, label="Replay: training step",
@@ -190,7 +191,7 @@ def build(ctx: AppContext) -> TrainHandlers:
                         play_btn = gr.Button(PLAY, size="sm", elem_id="movie-play", scale=1, min_width=90)
                     playing, ticks = gr.State(False), gr.Timer(PLAY_INTERVAL_S, active=False)
                     movie_note = gr.Markdown(NO_MOVIE, elem_id="movie-note")
-                    movie_plot = gr.Plot(note_figure(NO_REPLAY), label="Replay", elem_id="movie-frame")
+                    movie_plot = LivePlot(note_figure(NO_REPLAY), label="Replay", elem_id="movie-frame")
                     gif_btn = gr.Button("Download the movie (GIF)", size="sm", elem_id="movie-gif-button")
                     # under the button, the column's whole width: beside it, the file's name shrank to ".g"
                     gif_file = gr.File(label="Attention movie (GIF)", interactive=False, elem_id="movie-gif",

@@ -49,6 +49,7 @@ VIEW_BUDGET = 0.15
 NO_ATTENTION_YET = "Press Train: the attention of each head on a probe prompt appears here."
 ATTENTION_INTERVAL_S = 0.5  # the heatmap grid is the heaviest payload (~150 KB for 6 x 8 heads): 2 a second
 SAMPLE_INTERVAL_S = 2.0  # a fresh live sample costs sample_tokens forward passes
+SCORES_INTERVAL_S = 2.0  # the head scores' chart gains a point a snapshot; redrawn at most this often (~60 ms a draw)
 TRAINING_NOW = "Training now: **Stop** ends it and keeps what it has learned."
 NO_MASK_SCORES = (" ⚠️ Each position also reads the tokens after it, the next one included: the loss and the answers "
                   "score copying, not predicting. The live sample, with no text after it to read, shows what it "
@@ -245,7 +246,7 @@ class RunHandlers:
         sample, attention = "", note_plot("The attention map appears after a few steps.")
         described, first = describe(session), True
         share, trained_before, viewing = self.ctx.share, trainer.elapsed, 0.0
-        movie, scores, scored_step = session.trained.movie, note_plot(NO_SCORES), None
+        movie, scores, scored_step, last_scores = session.trained.movie, note_plot(NO_SCORES), None, 0.0
         note, noted = "", None  # the movie's note, and what it was written for
         tokenizer, probe = session.trained.tokenizer, AttentionProbe()  # the views, taken by the clock below
         samples, route = Samples(tokenizer), zerogpu.route(trainer)
@@ -270,8 +271,10 @@ class RunHandlers:
                 raise gr.Error(event.error)
             finished = event.done and not event.stopped  # a Stop ends at once: no fresh sample to wait for
             affordable = self._affordable(viewing, slower, trainer, trained_before)
-            sample_due = finished or (affordable and now - last_sample >= SAMPLE_INTERVAL_S)
-            attention_due = finished or (affordable and now - last_attention >= ATTENTION_INTERVAL_S)
+            # on a crowded server these come rarer with the updates themselves: each costs the server a forward
+            # pass and the page a draw (the live map ~90 ms of its main thread)
+            sample_due = finished or (affordable and now - last_sample >= SAMPLE_INTERVAL_S * slower)
+            attention_due = finished or (affordable and now - last_attention >= ATTENTION_INTERVAL_S * slower)
             if sample_due or attention_due:
                 with share.turn(trainer) as granted:  # the model's work takes its turn like a step
                     started = time.perf_counter()
@@ -290,8 +293,9 @@ class RunHandlers:
                 trained = session.trained
                 next_step = self._next_step(session, trained.model.config, trained.tokenizer, until)
             frames = [] if movie is None else movie.frames
-            if frames and frames[-1].step != scored_step:  # drawn again only when a snapshot came
-                scores, scored_step = scores_plot(movie), frames[-1].step
+            scores_due = event.done or now - last_scores >= SCORES_INTERVAL_S * slower
+            if frames and frames[-1].step != scored_step and scores_due:  # a snapshot came since the last drawing
+                scores, scored_step, last_scores = scores_plot(movie), frames[-1].step, now
             # written again only when the snapshots change: scoring the heads for every update took a tenth as
             # long as the training steps themselves (a profile of sixty learners training on two cores)
             shown = (len(frames), frames[-1].step if frames else None, frames[-1].probe is None if frames else None,
