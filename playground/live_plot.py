@@ -30,10 +30,12 @@ from playground.gradio_internals import PLOTLY_BUNDLE, PlotData
 CANVAS = '<div class="live-plot"></div>'
 # The page side. `show` draws a figure's JSON on the next animation frame (none in a hidden browser tab) if the
 # chart is on screen, else when it shows (the observer sees its size change), and always the newest: a value that
-# comes while a draw runs waits for it, and values in between are never drawn. The figure's layout and config get
-# what gr.Plot gives them (autosize, a responsive config, room for a title), so a chart looks as it did. A chart
-# follows its element's width (a tab shown, a phone turned), not while the width is below MIN_WIDTH: in a layout's
-# passing state, a plot left no room inside its margins makes Plotly throw.
+# comes while a draw runs waits for it, and values in between are never drawn. The figure's layout gets what gr.Plot
+# gives it (autosize, room for a title), so a chart looks as it did. The chart follows its element's width (a tab
+# shown, a phone turned) through the observer below, not Plotly's `responsive` (which sizes the chart to 100% of an
+# element whose height is the chart's own: at a new width the element collapsed to nothing under it), and not
+# while the width is below MIN_WIDTH: in a layout's passing state, a plot left no room inside its margins makes
+# Plotly throw.
 DRAW = """
 const canvas = element.querySelector(".live-plot");
 const gradio = [...document.querySelectorAll("script[type=module][src]")].find(s => /\\/assets\\/index-/.test(s.src));
@@ -47,7 +49,7 @@ const draw = async () => {
     drawing = true;
     try {
         const shown = newest, Plotly = await loaded(), figure = JSON.parse(shown);
-        const layout = figure.layout || {}, config = {...(figure.config || {}), responsive: true};
+        const layout = figure.layout || {}, config = figure.config || {};
         layout.autosize = true;
         layout.margin = layout.margin || {};
         if (layout.title) layout.margin.t = Math.max(100, layout.margin.t || 0);
