@@ -28,6 +28,9 @@ import plotly.graph_objects as go
 from playground.gradio_internals import PLOTLY_BUNDLE, PlotData
 
 CANVAS = '<div class="live-plot"></div>'
+# gr.HTML's label floats over its top-left corner, where gr.Plot's sits above the chart: the chart starts below it,
+# or Plotly's toolbar (top right, on hover) covers the label on a phone's narrow chart.
+BELOW_THE_LABEL = ".live-plot { margin-top: 20px; }"
 # The page side. `show` draws a figure's JSON on the next animation frame (none in a hidden browser tab) if the
 # chart is on screen, else when it shows (the observer sees its size change), and always the newest: a value that
 # comes while a draw runs waits for it, and values in between are never drawn. The figure's layout gets what gr.Plot
@@ -86,7 +89,7 @@ class LivePlot(gr.HTML):
 
     def __init__(self, value: PlotData | go.Figure | None = None, *, label: str, elem_id: str, **kwargs: Any) -> None:
         super().__init__(value=value, label=label, show_label=True, elem_id=elem_id, html_template=CANVAS,
-                         js_on_load=DRAW, container=True, padding=False,
+                         css_template=BELOW_THE_LABEL, js_on_load=DRAW, container=True, padding=False,
                          apply_default_css=False, **kwargs)
 
     def postprocess(self, value: PlotData | go.Figure | None) -> dict | None:  # type: ignore[override]

@@ -87,15 +87,6 @@ def pytest_configure(config):
     patch.setattr(core.data, "SHAKESPEARE_SHA256", hashlib.sha256(data).hexdigest())
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its own hook of this name)
-def pytest_collection_modifyitems(items):
-    """The suite runs in two processes (pytest.ini: pytest-xdist, `--dist loadgroup`), and these groups say what runs
-    where: every browser test in one group, so that one process drives Chromium at a time (two side by side, on two
-    cores, timed each other out), and each other file in one (its module's server and fixtures are made once)."""
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group("browser" if item.get_closest_marker("browser") else item.path.name))
-
-
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
