@@ -72,9 +72,10 @@ canvas.show = (json) => { newest = json; plan(); };
 const fromValue = () => { if (props.value && props.value.plot) canvas.show(props.value.plot); };
 let width = 0;
 new ResizeObserver(() => {
-    const now = canvas.clientWidth;
-    if (now === width || now < MIN_WIDTH) return;
+    const now = canvas.clientWidth >= MIN_WIDTH ? canvas.clientWidth : 0;  // 0: hidden, or too narrow to draw
+    if (now === width) return;
     width = now;
+    if (!now) return;
     if (newest !== drawn) plan();
     else if (drawn !== null && plotly) plotly.then(Plotly => Plotly.Plots.resize(canvas)).catch(() => {});
 }).observe(canvas);
