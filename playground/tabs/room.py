@@ -9,10 +9,10 @@ is refused, over the API as in the page. The view reads what the learners' train
 history rows and last attention snapshot): it costs the server a table's worth of reading a second.
 
 The chart is redrawn every TICK_S by the page's own script (CHART_LOOP: a POST of the code and key to a plain
-route of the app, `chart_route`, answered with the chart's Plotly JSON, drawn in place by the LivePlot), not by a Gradio
-event: in the browser each Gradio event costs ~100 ms of the page's main thread however small its outputs are (it
-updates the loading state of the page's ~400 components), so one a second kept a teacher's page busy most of the
-time on a loaded laptop, and a learner's new point reached the chart 1.5-3 s late. Counts and table come every
+route of the app, `chart_route`, answered with the chart's Plotly JSON, drawn in place by the LivePlot), not by a
+Gradio event: in the browser each Gradio event costs ~100 ms of the page's main thread however small its outputs
+are (it updates the loading state of the page's ~400 components), so one a second kept a teacher's page busy most
+of the time on a loaded laptop, and a learner's new point reached the chart 1.5-3 s late. Counts and table come every
 TABLE_TICK_S through Gradio, the gallery every MAPS_TICK_S.
 
 Public events: /open_room, /class_view, /class_maps, /push_lesson, /export_room, /room_to_compare, /close_room.
@@ -61,15 +61,16 @@ MAPS_PER_ROW = 4  # a phone's 390 px still gives each map ~80 px and its name ro
 CHART_POINTS = 60  # of each learner's curve on the class chart: 150 learners stay a light update
 TICK_S = 1.0  # the chart's redraw: a learner's new point shows within about this
 # The counts' and the table's refresh, and the gallery's (maps change slowly, and they are the heavy part): Gradio
-# events, each ~0.3 s of the page's main thread at ten learners however small (its loading states and inputs walk
+# events, each ~0.3-0.4 s of the page's main thread at ten learners however small (its loading states and inputs walk
 # the page's components), which the chart's redraw waits behind: rare enough to leave the chart its second.
 TABLE_TICK_S = 4.0
 MAPS_TICK_S = 10.0
 CHART_PATH = "/room_chart"
 CHART_BODY_BYTES = 1024  # a chart request's JSON: a code, a key of at most KEY_CHARS, a learner's name
 # The page's side of the chart (see the module's docstring), started when the class view is shown with the code and
-# key typed: every TICK_S (from one request's start to the next), while the chart is on screen, POST them with the highlighted learner to CHART_PATH and
-# hand the answer to the chart (a LivePlot) to draw. A 403 (the room ended, or closed) ends it.
+# key typed: every TICK_S (from one request's start to the next), while the chart is on screen, POST them with the
+# highlighted learner to CHART_PATH and hand the answer to the chart (a LivePlot) to draw. A 403 (the room ended,
+# or closed) ends it.
 CHART_LOOP = f"""(code, key) => {{
     clearTimeout(window.classChart);
     if (!code || !key) return;
