@@ -1,4 +1,4 @@
-"""Training throughput and quality on a preset (default: nanoGPT's CPU recipe, shakespeare-char-cpu).
+r"""Training throughput and quality on a preset (default: nanoGPT's CPU recipe, shakespeare-char-cpu).
 
 Each measurement runs in its own process (fresh compile caches, honest peak memory), and the
 variants are interleaved A, B, A, B... so that load from other work hits them alike.
@@ -12,6 +12,10 @@ variants are interleaved A, B, A, B... so that load from other work hits them al
         --iters 2500 --repeats 1 --target-loss 1.48 --stop-at-target
     # DDP: each run launched by torchrun on 1 and on 2 processes (0: a plain process), the same global batch
     python tests/bench/bench_train.py --variants fp32 --ddp 0,1,2 --iters 300 --repeats 3
+    # beside nanoGPT's own train.py (DIR: a copy of karpathy/nanoGPT, unchanged), ours, nanoGPT, ours, nanoGPT...
+    python tests/bench/bench_train.py --preset shakespeare-char --device cuda --variants bf16 --seeds 1337,2 \
+        --iters 2500 --target-loss 1.48 --stop-at-target --nanogpt DIR
+    python tests/bench/bench_train.py --variants fp32 --iters 2000 --repeats 2 --nanogpt DIR
 
 Prints one line per run and a summary per variant: median ms/iter (evaluation steps excluded),
 tokens/s, the spread of the per-run medians, first-step time (includes compilation), wall time,
@@ -20,24 +24,39 @@ peak RSS (and peak GPU memory) and the final validation loss, both as the traine
 split (every block-sized window, no noise). With --target-loss, also the wall time from launching
 the process (Python start, imports, data, compilation and evaluations included) to the first
 evaluation at or below that loss. With --ddp, tokens/s counts the global batch (all processes),
-and the memory is process 0's.
+and the memory is process 0's. Under each run, the seconds from its launch to its phases: imports
+done, corpus and data ready, model built, Trainer ready (model on the device, optimizer made),
+first step done, first evaluation done.
+
+With --nanogpt DIR, nanoGPT's own train.py runs from DIR after ours in each round and seed, in its
+own process, on its recipe for the preset (its config file, and for shakespeare-char-cpu its
+README's CPU overrides; its compile stays on for the GPU recipe), with --iters, --device and
+--threads (as OMP_NUM_THREADS) passed on, its out_dir a temporary folder, then --nanogpt-args. Its
+figures come from the lines it prints, timed as they arrive: ms/iter over the steps between two
+`iter` lines with no evaluation among them (its own printed times, taken before the GPU is done,
+are given beside), its evaluations and first step (which includes its step-0 evaluation), its
+wall time from launch to exit. It always seeds 1337. Missing data in DIR is made by its own
+prepare.py from our corpus (DIR/data/shakespeare_char gets input.txt, train.bin, val.bin and meta.pkl).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import importlib.util
 import json
 import os
+import re
 import resource
+import shlex
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from host import describe_host  # this script's folder is on sys.path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -78,6 +97,8 @@ def train(preset: str, variant: str, iters: int, threads: int | None, device: st
     from core.presets import get_preset, preset_configs, preset_corpus
     from core.train import Trainer
 
+    # Where the time from launch goes (issue 41): seconds since the parent launched this process.
+    phases = {"imports": time.time() - launched}
     if threads:
         torch.set_num_threads(threads)
     started = time.perf_counter()
@@ -87,8 +108,12 @@ def train(preset: str, variant: str, iters: int, threads: int | None, device: st
         device=device, **VARIANTS[variant], **({} if seed is None else {"seed": seed}),
     )
     data = TokenData.from_text(text, tokenizer, model_config.block_size)
+    phases["data"] = time.time() - launched
     torch.manual_seed(train_config.seed)
-    trainer = Trainer(GPT(model_config), data, train_config, observers=standard(train_config), processes=processes)
+    model = GPT(model_config)
+    phases["model"] = time.time() - launched
+    trainer = Trainer(model, data, train_config, observers=standard(train_config), processes=processes)
+    phases["trainer"] = time.time() - launched
     step_times, first_step, last, val_loss = [], None, time.perf_counter(), None
     evaluations, reached = [], None
     for event in trainer.run():
@@ -97,10 +122,12 @@ def train(preset: str, variant: str, iters: int, threads: int | None, device: st
             break
         if first_step is None:
             first_step = now - last
+            phases["first step"] = time.time() - launched
         elif event.val_loss is None:
             step_times.append(now - last)
         last = now
         if event.val_loss is not None:
+            phases.setdefault("first evaluation", time.time() - launched)
             val_loss = event.val_loss
             evaluations.append((event.step, round(val_loss, 4), round(time.time() - launched, 2)))
             if target_loss is not None and reached is None and val_loss <= target_loss:
@@ -117,7 +144,8 @@ def train(preset: str, variant: str, iters: int, threads: int | None, device: st
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "val_loss": val_loss, "full_val_loss": full_val, "threads": torch.get_num_threads(),
         "device": torch.cuda.get_device_name() if trainer.device.type == "cuda" else str(trainer.device),
-        "gpu_peak_mb": gpu_peak_mb, "seed": train_config.seed, "autocast": str(trainer._amp_dtype), "evaluations": evaluations, "reached": reached,
+        "gpu_peak_mb": gpu_peak_mb, "seed": train_config.seed, "autocast": str(trainer._amp_dtype),
+        "evaluations": evaluations, "reached": reached, "phases": phases,
     }
 
 
@@ -132,6 +160,96 @@ def full_split_loss(model, data, block_size: int) -> float:
     with torch.no_grad():
         losses = [model(xb, yb)[1].item() * len(xb) for xb, yb in zip(x.split(256), y.split(256))]
     return sum(losses) / n
+
+
+# nanoGPT's own train.py (karpathy/nanoGPT, run unchanged from its folder): its recipe for each preset that copies
+# one, as its README gives it. Our `shakespeare-char-cpu` unties the output layer, which nanoGPT always ties.
+NANOGPT = "nanoGPT"  # its label among the variants
+NANOGPT_RECIPES = {
+    "shakespeare-char": ["config/train_shakespeare_char.py"],
+    "shakespeare-char-cpu": ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
+                             "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4",
+                             "--n_embd=128", "--max_iters=2000", "--lr_decay_iters=2000", "--dropout=0.0"],
+}
+NANOGPT_SEED = 1337  # it seeds 1337 + its DDP rank and has no option for another
+NANOGPT_ITER = re.compile(r"iter (\d+): loss [\d.]+, time ([\d.]+)ms")
+NANOGPT_EVAL = re.compile(r"step (\d+): train loss [\d.]+, val loss ([\d.]+)")
+NANOGPT_TOKENS = re.compile(r"tokens per iteration will be: ([\d,]+)")
+
+
+def prepare_nanogpt(folder: Path) -> None:
+    """Its Shakespeare data (train.bin, val.bin, meta.pkl) by its own prepare.py, from our copy of the corpus."""
+    data = folder / "data" / "shakespeare_char"
+    if (data / "train.bin").exists():
+        return
+    if not (data / "input.txt").exists():  # prepare.py downloads it only when it is missing
+        shutil.copyfile(Path(os.environ["PLAYGROUND_DATA_DIR"]) / "tinyshakespeare" / "input.txt", data / "input.txt")
+    with tempfile.TemporaryDirectory() as stand_in:
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        if importlib.util.find_spec("requests") is None:  # it imports requests only for the download it skips
+            Path(stand_in, "requests.py").write_text('"""Stand-in: prepare.py finds input.txt there."""\n')
+            env["PYTHONPATH"] = stand_in
+        subprocess.run([sys.executable, "prepare.py"], cwd=data, env=env, check=True, capture_output=True)
+
+
+def run_nanogpt(folder: Path, preset: str, iters: int, device: str, threads: int | None, extra: list[str],
+                target_loss: float | None, stop_at_target: bool) -> dict:
+    """One run of nanoGPT's train.py in its own process, timed from its launch by the lines it prints."""
+    with tempfile.TemporaryDirectory() as out_dir:
+        command = [sys.executable, "-u", "train.py", *NANOGPT_RECIPES[preset], f"--max_iters={iters}",
+                   f"--out_dir={out_dir}", *([f"--device={device}"] if device != "auto" else []), *extra]
+        # -u: its lines come as it prints them; no __pycache__ in its folder; --threads as torch reads it.
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+        launched = time.time()
+        process = subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True)
+        logged, evaluations, reached, tokens, output, stopped, imported = [], [], None, None, [], False, None
+        for line in process.stdout:
+            now = time.time() - launched
+            output.append(line)
+            if match := NANOGPT_TOKENS.match(line):
+                tokens, imported = int(match[1].replace(",", "")), now  # printed once its imports and config are done
+            elif match := NANOGPT_ITER.match(line):
+                logged.append((int(match[1]), now, float(match[2])))
+            elif match := NANOGPT_EVAL.match(line):
+                step, val_loss = int(match[1]), float(match[2])
+                evaluations.append([step, val_loss, round(now, 2)])
+                if target_loss is not None and reached is None and val_loss <= target_loss:
+                    reached = {"step": step, "val_loss": val_loss, "since_launch_s": now}
+                    if stop_at_target:
+                        process.kill()
+                        stopped = True
+        _, status, usage = os.wait4(process.pid, 0)  # its own peak RSS, not all children's
+        process.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.time() - launched
+    if process.returncode and not stopped:
+        raise RuntimeError(f"nanoGPT's train.py failed ({process.returncode}):\n{''.join(output[-30:])}")
+    return nanogpt_figures(logged, evaluations, tokens) | {
+        "variant": NANOGPT, "wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024, "full_val_loss": None,
+        "threads": threads, "device": device, "gpu_peak_mb": None, "seed": NANOGPT_SEED, "autocast": "its default",
+        "reached": reached,
+        # It evaluates at step 0, before its first step (whose printed time includes that evaluation).
+        "phases": {"imports": imported, "first evaluation": evaluations[0][2] if evaluations else None,
+                   "first step": logged[0][1] if logged else None},
+    }
+
+
+def nanogpt_figures(logged: list[tuple[int, float, float]], evaluations: list[list], tokens: int) -> dict:
+    """Its steps' times from its `iter` lines: from when each line came, over the steps between two lines with
+    no evaluation among them (its own printed time is taken before the GPU is done, so it is given beside)."""
+    evaluated = {step for step, _, _ in evaluations}
+    spans = [(now - before) / (step - previous) for (previous, before, _), (step, now, _) in zip(logged, logged[1:])
+             if not evaluated & set(range(previous + 1, step + 1))]
+    median = statistics.median(spans)
+    return {
+        "iters": logged[-1][0], "ms_per_iter": 1000 * median, "tokens_per_sec": tokens / median,
+        "printed_ms_per_iter": statistics.median(ms for step, _, ms in logged if step and step not in evaluated),
+        "first_step_s": logged[0][2] / 1000, "val_loss": evaluations[-1][1], "evaluations": evaluations,
+    }
+
+
+def format_loss(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"  # nanoGPT's runs have no whole-split figure
 
 
 def main() -> None:
@@ -149,6 +267,11 @@ def main() -> None:
     parser.add_argument("--stop-at-target", action="store_true", help="end a run once it reaches --target-loss")
     parser.add_argument("--ddp", help="comma-separated numbers of processes: each run is launched by torchrun with "
                         "that many (DDP, one share of the global batch each; 0: a plain process), e.g. 0,1,2")
+    parser.add_argument("--nanogpt", type=Path, metavar="DIR", help="also run nanoGPT's own train.py from DIR (a copy "
+                        "of karpathy/nanoGPT, unchanged), interleaved with ours, on its recipe for --preset; it "
+                        "always seeds 1337 (it has no seed option), whatever --seeds says")
+    parser.add_argument("--nanogpt-args", default="", metavar="ARGS", help="more of its --key=value overrides, after "
+                        "its recipe, e.g. --nanogpt-args='--compile=False'")
     parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -159,22 +282,34 @@ def main() -> None:
         if result is not None:
             print(json.dumps(result))
         return
-    print(describe_host())
     variants = args.variants.split(",")
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {list(VARIANTS)}")
+    if args.nanogpt and args.preset not in NANOGPT_RECIPES:
+        parser.error(f"nanoGPT has a recipe for {list(NANOGPT_RECIPES)} only")
+    from host import describe_host  # this script's folder is on sys.path; it imports torch (not needed for --help)
+
+    print(describe_host())
     seeds = [int(seed) for seed in args.seeds.split(",")] if args.seeds else [None]
     counts = [int(count) for count in args.ddp.split(",")] if args.ddp else [None]
     # A run's name: its variant, and with --ddp its number of processes ("fp32 x2"; "fp32 plain" for 0).
     labels = {(variant, count): variant if count is None else f"{variant} {f'x{count}' if count else 'plain'}"
               for variant in variants for count in counts}
-    jobs = [(round_, variant, count, seed) for round_ in range(args.repeats) for variant in variants
-            for count in counts for seed in seeds]
+    # nanoGPT's run after ours in each round and seed: ours, nanoGPT, ours, nanoGPT...
+    theirs = [(NANOGPT, None)] if args.nanogpt else []
+    labels.update({run: NANOGPT for run in theirs})
+    jobs = [(round_, variant, count, seed) for round_ in range(args.repeats) for seed in seeds
+            for variant, count in [(variant, count) for variant in variants for count in counts] + theirs]
     results: dict[str, list[dict]] = {label: [] for label in labels.values()}
+    if args.nanogpt:
+        prepare_nanogpt(args.nanogpt)
 
     def run_job(job: tuple[int, str, int | None, int | None]) -> tuple[int, str, dict]:
         round_, variant, count, seed = job
+        if variant == NANOGPT:
+            return round_, NANOGPT, run_nanogpt(args.nanogpt, args.preset, args.iters, args.device, args.threads,
+                                                shlex.split(args.nanogpt_args), args.target_loss, args.stop_at_target)
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={count}"]
         command = (torchrun if count else [sys.executable]) + [
             __file__, "--worker", variant, "--preset", args.preset, "--iters", str(args.iters),
@@ -195,16 +330,21 @@ def main() -> None:
             print(f"round {round_ + 1} {variant:13} seed {result['seed']:5} {result['ms_per_iter']:6.1f} ms/iter "
                   f"{result['tokens_per_sec']:8,.0f} tok/s  first step {result['first_step_s']:5.1f} s  "
                   f"wall {result['wall_s']:6.1f} s  peak RSS {result['peak_rss_mb']:5.0f} MB  "
-                  f"val loss {result['val_loss']:.4f} (whole split {result['full_val_loss']:.4f})  "
+                  f"val loss {result['val_loss']:.4f} (whole split {format_loss(result['full_val_loss'])})  "
                   f"[{result['autocast']}]", flush=True)
             if result["gpu_peak_mb"] is not None:
                 print(f"    on {result['device']}: peak GPU memory {result['gpu_peak_mb']:.0f} MB")
+            print("    s since launch: " + ", ".join(f"{phase} {seconds:.2f}" for phase, seconds in
+                                                     result["phases"].items() if seconds is not None))
+            if "printed_ms_per_iter" in result:
+                print(f"    {NANOGPT}'s own printed time a step (taken before the GPU is done): median "
+                      f"{result['printed_ms_per_iter']:.1f} ms")
             print(f"    evaluations (step, val loss, s since launch): {result['evaluations']}")
             if args.target_loss is not None:
                 reached = result["reached"]
                 print(f"    validation loss <= {args.target_loss}: " + (
-                    f"{reached['val_loss']:.4f} at step {reached['step']}, {reached['since_launch_s']:.1f} s after launch"
-                    if reached else "not reached"), flush=True)
+                    f"{reached['val_loss']:.4f} at step {reached['step']}, "
+                    f"{reached['since_launch_s']:.1f} s after launch" if reached else "not reached"), flush=True)
 
     first = next(iter(results))
     print(f"\n{args.preset}, {args.iters} steps, {args.repeats} interleaved runs per variant")
@@ -214,15 +354,27 @@ def main() -> None:
         median = statistics.median(ms)
         print(f"{variant:13} median {median:6.1f} ms/iter (runs {min(ms):.1f}-{max(ms):.1f}), "
               f"{statistics.median(r['tokens_per_sec'] for r in runs):8,.0f} tok/s, "
-              f"{baseline / median:4.2f}x {first}, {runs[0]['threads']} thread(s) a process, "
+              f"{baseline / median:4.2f}x {first}, {runs[0]['threads'] or 'default'} thread(s) a process, "
               f"wall {statistics.median(r['wall_s'] for r in runs):6.1f} s, "
               f"peak RSS {max(r['peak_rss_mb'] for r in runs):5.0f} MB, "
               f"val loss {', '.join(format(r['val_loss'], '.4f') for r in runs)} "
-              f"(whole split {', '.join(format(r['full_val_loss'], '.4f') for r in runs)})")
-        if len(runs) > 1:
+              f"(whole split {', '.join(format_loss(r['full_val_loss']) for r in runs)})")
+        if len(runs) > 1 and variant != NANOGPT:
             full = [r["full_val_loss"] for r in runs]
             print(f"{'':13} whole-split val loss over {len(runs)} runs: mean {statistics.mean(full):.4f}, "
                   f"sd {statistics.stdev(full):.4f}, min {min(full):.4f}, max {max(full):.4f}")
+        if args.target_loss is not None:
+            print(f"{'':13} validation loss <= {args.target_loss}: " + ", ".join(
+                f"{r['reached']['since_launch_s']:.1f} s after launch" if r["reached"] else "not reached"
+                for r in runs))
+    nanogpt = results.get(NANOGPT)
+    for variant, runs in results.items():
+        if nanogpt and variant != NANOGPT:
+            speed = statistics.median(r["tokens_per_sec"] for r in runs) / statistics.median(
+                r["tokens_per_sec"] for r in nanogpt)
+            difference = statistics.mean(r["val_loss"] for r in runs) - statistics.mean(r["val_loss"] for r in nanogpt)
+            print(f"ours / {NANOGPT} tokens/s: {speed:.2f}x ({variant}); validation loss {difference:+.4f} "
+                  f"({variant}'s mean minus {NANOGPT}'s, each run's last evaluation)")
 
 
 if __name__ == "__main__":
