@@ -14,7 +14,7 @@ variants are interleaved A, B, A, B... so that load from other work hits them al
     python tests/bench/bench_train.py --variants fp32 --ddp 0,1,2 --iters 300 --repeats 3
     # beside nanoGPT's own train.py (DIR: a copy of karpathy/nanoGPT, unchanged), ours, nanoGPT, ours, nanoGPT...
     python tests/bench/bench_train.py --preset shakespeare-char --device cuda --variants bf16 --seeds 1337,2 \
-        --iters 2500 --target-loss 1.48 --stop-at-target --nanogpt DIR
+        --iters 2500 --repeats 1 --target-loss 1.48 --stop-at-target --nanogpt DIR
     python tests/bench/bench_train.py --variants fp32 --iters 2000 --repeats 2 --nanogpt DIR
 
 Prints one line per run and a summary per variant: median ms/iter (evaluation steps excluded),
