@@ -180,6 +180,9 @@ class Trainer:
         # the backward pass; evaluations, samples and snapshots need no gradients and use the model.
         self._train_forward = self.forward if not processes.distributed else DistributedDataParallel(
             self.forward, device_ids=[self.device] if self.device.type == "cuda" else None)
+        if config.cuda_graphs and (self.device.type != "cuda" or processes.distributed):
+            raise ValueError("cuda_graphs needs a CUDA device and a single process (no DDP)")
+        self._graphed_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None  # at the 1st step
         self._params = [p for p in model.parameters() if p.requires_grad]
         # The one snapshot a divergence goes back to: its weights, step and validation loss (if known).
         self._good = [p.detach().clone() for p in self._params]
@@ -379,11 +382,23 @@ class Trainer:
                 sync = i == len(micro_batches) - 1 or not self.processes.distributed  # average once, at the end
                 with contextlib.nullcontext() if sync else self._train_forward.no_sync():
                     with self.autocast():
-                        _, loss = self._train_forward(xs, ys)
+                        loss = self._training_loss(xs, ys)
                     weight = (ys >= 0).sum() / counted
                     (loss * weight * self.processes.world_size).backward()  # DDP divides the sum by this
                 total += loss.detach().float() * weight
         return self.processes.sum(total)  # the whole batch's loss, the same in every process
+
+    def _training_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The training forward pass: the loss of (x, y), through DDP, or replayed from CUDA graphs
+        (`cuda_graphs`: captured here at the first call, with torch's RNG states as they were, so that the
+        first step's dropout is the one an uncaptured step would draw)."""
+        if not self.config.cuda_graphs:
+            return self._train_forward(x, y)[1]
+        if self._graphed_loss is None:
+            with torch.random.fork_rng(devices=[self.device]):
+                self._graphed_loss = torch.cuda.make_graphed_callables(
+                    TrainingLoss(self.model), (x, y), allow_unused_input=True)
+        return self._graphed_loss(x, y)
 
     def _diverged(self, loss_value: float, norm_value: float, lr: float, until: int) -> TrainEvent:
         """Stop on a non-finite or exploded loss or gradient norm; go back to the last good weights."""
@@ -450,7 +465,8 @@ class Trainer:
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The precision this trainer's forward passes run in (bfloat16 autocast where `dtype` chose it)."""
-        return precision(self.model, self.device, self._amp_dtype)
+        # CUDA graphs capture the casts of the weights: autocast must not keep them between passes.
+        return precision(self.model, self.device, self._amp_dtype, cache=not self.config.cuda_graphs)
 
     @contextlib.contextmanager
     def _private_dropout_rng(self):
@@ -472,16 +488,29 @@ class Trainer:
 
 
 @contextlib.contextmanager
-def precision(model: GPT, device: torch.device, amp_dtype: torch.dtype | None) -> Iterator[None]:
-    """Forward passes of `model` on `device` under autocast to `amp_dtype` (None: plain float32)."""
+def precision(model: GPT, device: torch.device, amp_dtype: torch.dtype | None, cache: bool = True) -> Iterator[None]:
+    """Forward passes of `model` on `device` under autocast to `amp_dtype` (None: plain float32); `cache`:
+    autocast's cache of cast weights within the block."""
     if amp_dtype is None:
         yield
         return
     with contextlib.ExitStack() as stack:
-        stack.enter_context(torch.autocast(device.type, dtype=amp_dtype))
+        stack.enter_context(torch.autocast(device.type, dtype=amp_dtype, cache_enabled=cache))
         if device.type == "cpu":
             # PyTorch's CPU flash-attention backward is ~4x slower in bfloat16 than in float32;
             # the explicit matmul-softmax-matmul path is faster than any fused kernel here
             # (measured: tests/bench/README.md).
             stack.enter_context(model.explicit_attention())
         yield
+
+
+class TrainingLoss(torch.nn.Module):
+    """A model's training loss, (x, y) -> (), as a module of its own: what `cuda_graphs` captures, so that
+    the model's own forward stays as it is for evaluations, samples and analyses."""
+
+    def __init__(self, model: GPT) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.model(x, y)[1]

@@ -233,10 +233,18 @@ def test_bfloat16_autocast_on_cpu_trains():
 @pytest.mark.parametrize("field, value", [
     ("max_iters", 0), ("batch_size", -1), ("learning_rate", 0.0), ("grad_clip", float("nan")),
     ("beta2", 1.0), ("device", "tpu"), ("dtype", "float16"), ("eval_iters", 1.5), ("compile", "yes"),
+    ("cuda_graphs", 1),
 ])
 def test_bad_settings_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         TrainConfig(**{field: value})
+
+
+def test_cuda_graphs_are_refused_where_they_cannot_run():
+    with pytest.raises(ValueError, match="cuda_graphs and compile"):
+        TrainConfig(cuda_graphs=True, compile=True)
+    with pytest.raises(ValueError, match="cuda_graphs needs a CUDA device"):
+        tiny_trainer(cuda_graphs=True)  # on the CPU
 
 
 def test_data_shorter_than_the_context_is_refused():

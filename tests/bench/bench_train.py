@@ -69,6 +69,7 @@ VARIANTS = {  # name -> TrainConfig overrides
     "bf16": dict(dtype="bfloat16", compile=False),
     "compile": dict(dtype="float32", compile=True),
     "compile-bf16": dict(dtype="bfloat16", compile=True),
+    "bf16-graphs": dict(dtype="bfloat16", compile=False, cuda_graphs=True),  # CUDA only
     # Model choices nanoGPT fixes differently, for quality comparisons across seeds.
     "bf16-untied": dict(dtype="bfloat16", compile=False, tie_weights=False),
     "bf16-bias": dict(dtype="bfloat16", compile=False, bias=True, qkv_bias=True),
@@ -296,11 +297,12 @@ def main() -> None:
     # A run's name: its variant, and with --ddp its number of processes ("fp32 x2"; "fp32 plain" for 0).
     labels = {(variant, count): variant if count is None else f"{variant} {f'x{count}' if count else 'plain'}"
               for variant in variants for count in counts}
-    # nanoGPT's run after ours in each round and seed: ours, nanoGPT, ours, nanoGPT...
+    # nanoGPT's run after ours of the first seed in each round: ours, nanoGPT, ours, nanoGPT... (it has no seed)
     theirs = [(NANOGPT, None)] if args.nanogpt else []
     labels.update({run: NANOGPT for run in theirs})
     jobs = [(round_, variant, count, seed) for round_ in range(args.repeats) for seed in seeds
-            for variant, count in [(variant, count) for variant in variants for count in counts] + theirs]
+            for variant, count in [(variant, count) for variant in variants for count in counts]
+            + (theirs if seed == seeds[0] else [])]
     results: dict[str, list[dict]] = {label: [] for label in labels.values()}
     if args.nanogpt:
         prepare_nanogpt(args.nanogpt)
@@ -308,8 +310,12 @@ def main() -> None:
     def run_job(job: tuple[int, str, int | None, int | None]) -> tuple[int, str, dict]:
         round_, variant, count, seed = job
         if variant == NANOGPT:
-            return round_, NANOGPT, run_nanogpt(args.nanogpt, args.preset, args.iters, args.device, args.threads,
-                                                shlex.split(args.nanogpt_args), args.target_loss, args.stop_at_target)
+            try:
+                return round_, NANOGPT, run_nanogpt(args.nanogpt, args.preset, args.iters, args.device, args.threads,
+                                                    shlex.split(args.nanogpt_args), args.target_loss,
+                                                    args.stop_at_target)
+            except RuntimeError as error:  # the other runs go on
+                return round_, NANOGPT, {"failed": str(error)}
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={count}"]
         command = (torchrun if count else [sys.executable]) + [
             __file__, "--worker", variant, "--preset", args.preset, "--iters", str(args.iters),
@@ -320,12 +326,17 @@ def main() -> None:
             command += ["--seeds", str(seed)]
         if args.target_loss is not None:
             command += ["--target-loss", str(args.target_loss)] + ["--stop-at-target"] * args.stop_at_target
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode:  # the other runs go on: print why this one failed
+            return round_, labels[variant, count], {"failed": "\n".join(done.stderr.splitlines()[-15:])}
         return round_, labels[variant, count], json.loads(done.stdout.strip().splitlines()[-1])
 
     # --parallel > 1 only where cores are plentiful (a GPU host): runs side by side share the CPU.
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel) as pool:
         for round_, variant, result in pool.map(run_job, jobs):
+            if "failed" in result:
+                print(f"round {round_ + 1} {variant:13} FAILED:\n{result['failed']}", flush=True)
+                continue
             results[variant].append(result)
             print(f"round {round_ + 1} {variant:13} seed {result['seed']:5} {result['ms_per_iter']:6.1f} ms/iter "
                   f"{result['tokens_per_sec']:8,.0f} tok/s  first step {result['first_step_s']:5.1f} s  "
@@ -346,6 +357,7 @@ def main() -> None:
                     f"{reached['val_loss']:.4f} at step {reached['step']}, "
                     f"{reached['since_launch_s']:.1f} s after launch" if reached else "not reached"), flush=True)
 
+    results = {variant: runs for variant, runs in results.items() if runs}
     first = next(iter(results))
     print(f"\n{args.preset}, {args.iters} steps, {args.repeats} interleaved runs per variant")
     baseline = statistics.median(r["ms_per_iter"] for r in results[first])
