@@ -8,10 +8,11 @@ For each N, measured from outside through the API:
   of models: half the memory free at start) and a state store of its own in a temporary folder;
 - one "prober" session (gradio_client) that has trained a tiny model first, untimed: the teacher;
 - N learners press Train at once with the form's defaults (what a learner who only presses Train
-  gets), each as a browser tab does it: one join of the queue and one blocking read of its event
-  stream, over raw HTTP. Not gradio_client: its jobs poll twice every 50 ms each, and with 60 of
-  them the load generator took 1.2 of the machine's 2 cores (290 CPU-s in 241 s), which real
-  learners' browsers on their own laptops never take from the server;
+  gets; PAGE_THREADS presses in flight at a time), each as a browser tab does it: one join of the queue
+  and one blocking read of its event stream (a thread each), over raw HTTP on the loopback address.
+  Not gradio_client: its jobs poll twice every 50 ms each, and with 60 of them the load generator
+  took 1.2 of the machine's 2 cores (290 CPU-s in 241 s), which real learners' browsers on their
+  own laptops never take from the server;
 - meanwhile the prober times light events one at a time, ~0.5 s apart (`LIGHT`: /generate of 50
   tokens, /preset, /attention; and `RUNS`: a whole /baby_gpt_train), and the server's RSS (with its
   step workers', `core.workers`) is sampled every 0.5 s.
@@ -36,10 +37,18 @@ loss chart (p50, p95, max); the last training's end after the press; each run's 
 errors (with the first message); final statuses that are not "Done: ..."; the server's idle RSS,
 its peak and its RSS 5 s after the last training; the CPU seconds the server's process and its step
 workers used from the press to the round's end (less sensitive than the times to what else runs on the
-machine, which takes its cores); in a room, each timer's latency (p50, p95, max, count). Last, whether the
-issue's goals hold at the largest N (with --view, issue 39's for the class view too). Percentiles are nearest-rank (see `percentile`). A learner that never got a chart
-point counts as never (infinitely late; null in JSON). Figures depend on the machine and on
-whatever else runs on it.
+machine, which takes its cores), and this script's own (its threads share one Python lock: near one
+CPU-second a second, the load generator itself is what slows the learners); in a room, each timer's
+latency (p50, p95, max, count). Last, whether the issue's goals hold at the largest N (with --view,
+issue 39's for the class view too). Percentiles are nearest-rank (see `percentile`). A learner that
+never got a chart point counts as never (infinitely late; null in JSON). Figures depend on the
+machine and on whatever else runs on it. The script lifts its limit on open files (the server
+inherits it) to what N learners' sockets need; `--server-log PATH` keeps the servers' output.
+
+On a GPU host (issue 38: 60, then 1,000 learners; the server stacks their steps there by default):
+
+    python tests/bench/bench_load.py --clients 60 --timeout 45 --server-log /tmp/server60.log
+    python tests/bench/bench_load.py --clients 1000 --timeout 150 --server-log /tmp/server1000.log
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ import json
 import math
 import operator
 import os
+import resource
 import secrets
 import subprocess
 import tempfile
@@ -70,6 +80,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from tests.support.app import free_port  # noqa: E402
 from host import cpu_seconds, describe_host  # noqa: E402  (this script's folder is on sys.path)
+from playground.settings import ENV_PREFIX, Settings  # noqa: E402
 from playground.tabs.room import CHART_PATH, MAPS_TICK_S, TABLE_TICK_S, TICK_S  # noqa: E402
 from playground.tabs.train.room import LESSON_PATH, ROOM_ASK_S  # noqa: E402
 
@@ -122,9 +133,19 @@ ROOM_TIMERS = {
 # The issue's goal for the class view (issue 39), checked when it was open: (what, result key, comparison, limit).
 VIEW_GOALS = [(f"/{event} p95 <= 1 s", f"{event}_p95_s", operator.le, 1.0)
               for event, (whose, _, _) in ROOM_TIMERS.items() if whose == "teacher"]
-# The server's defaults admit 200 trainings and queue 100 more events: a bigger room's server is told to
-# admit it all (as the README says a host of such a room does), plus the teacher and some headroom.
-ROOM_DEFAULT = 200
+# A room of at least `Settings.max_trainings` (200) learners is more than the server's defaults admit: its server
+# is told to admit it all (as the README says a host of such a room does), plus the teacher and some headroom, in
+# each of these settings whose default is smaller (trainings, events queued, sessions without a model yet: each
+# learner's page makes one, learners in one room).
+ROOM_CAPS = ("max_trainings", "max_queue_size", "max_light_sessions", "room_max_learners")
+ROOM_HEADROOM = 50
+# Threads acting for the learners' pages at once (opening them, joining the room, pressing Train): each action
+# waits for the server's answer (a Train's join 0.15 s at p50 on a loaded 2-core host), so a thousand learners
+# pressing one after another would take longer than the issue's 10 s; a room presses at once.
+PAGE_THREADS = 16
+# Open files each learner takes, in this process and in the server: its event stream and a connection of the
+# shared client's pool; beyond them, the server's own (its step workers' pipes, the store, imports).
+FILES_PER_LEARNER, FILES_BESIDE = 4, 1024
 
 
 def percentile(values: list[float], p: float) -> float | None:
@@ -164,13 +185,20 @@ def tree_cpu_seconds(pid: int) -> tuple[float, float]:
     return own, children
 
 
-def start_server(port: int, state_dir: str | None = None, **settings) -> subprocess.Popen:
+def start_server(port: int, state_dir: str | None = None, log: Path | None = None, **settings) -> subprocess.Popen:
     """`python -m playground` on `port` (its state store in `state_dir`, by default a temporary folder, and
-    `settings` as PLAYGROUND_* variables), returned once it answers HTTP."""
+    `settings` as PLAYGROUND_* variables), returned once it answers HTTP. Its output is appended to `log`, if
+    given (a run on a machine lent for minutes gets one try: its tracebacks say why), else discarded."""
     env = dict(os.environ, PLAYGROUND_STATE_DIR=state_dir or tempfile.mkdtemp(prefix="bench-load-state-"),
                **{f"PLAYGROUND_{name.upper()}": str(value) for name, value in settings.items()})
-    server = subprocess.Popen([sys.executable, "-m", "playground", "--port", str(port)], cwd=REPO, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = [sys.executable, "-m", "playground", "--port", str(port)]
+    if log is None:
+        server = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    else:
+        with log.open("a") as out:  # the server writes to its own copy of the file
+            out.write(f"--- {' '.join(command)} {settings}\n")
+            out.flush()
+            server = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and server.poll() is None:
         try:
@@ -487,15 +515,33 @@ def endpoint_data(client: Client, api_name: str, **values) -> list:
 
 def room_settings(n: int) -> dict:
     """What the server of a room of `n` learners is told beyond its defaults (PLAYGROUND_* settings)."""
-    return {} if n < ROOM_DEFAULT else dict(max_trainings=n + 50, max_queue_size=n + 50)
+    if n < Settings.max_trainings:
+        return {}
+    return {cap: n + ROOM_HEADROOM for cap in ROOM_CAPS if n + ROOM_HEADROOM > getattr(Settings, cap)}
 
 
-def measure(n: int, timeout: float, room: bool = False, view: bool = False) -> dict:
-    """Start a server, press Train in n sessions at once, and return what was measured. With `room`, the learners
-    join a room the teacher opened before they press Train, and their pages poll for its lessons; with `view`, the
-    teacher's class view is open too, from the press to the round's end."""
-    port = free_port()
-    server = start_server(port, **room_settings(n))
+def raise_open_files(n: int) -> int:
+    """Lift this process's limit on open files to what `n` learners need (the server it starts inherits it): at
+    the usual 1,024, a room of a thousand runs out of sockets. Up to the hard limit, or past it where allowed
+    (root). Returns the limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = FILES_PER_LEARNER * n + FILES_BESIDE
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return soft
+    try:
+        unlimited = hard == resource.RLIM_INFINITY
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard if unlimited or hard >= needed else needed))
+    except (ValueError, OSError):  # not allowed past the hard limit: up to it
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def measure(n: int, timeout: float, room: bool = False, view: bool = False, log: Path | None = None) -> dict:
+    """Start a server (its output to `log`), press Train in n sessions at once, and return what was measured. With
+    `room`, the learners join a room the teacher opened before they press Train, and their pages poll for its
+    lessons; with `view`, the teacher's class view is open too, from the press to the round's end."""
+    port, launched = free_port(), time.monotonic()
+    server = start_server(port, log=log, **room_settings(n))
     url = f"http://127.0.0.1:{port}/"
     sampler = RssSampler(server.pid)
     sampler.start()
@@ -507,27 +553,30 @@ def measure(n: int, timeout: float, room: bool = False, view: bool = False) -> d
         browser, defaults = Browser(url), endpoint_data(prober, "/train")
         prober.predict(steps=PROBER_STEPS, api_name="/train")
         runs = [Learner(browser, defaults, timeout) for _ in range(n)]
-        with ThreadPoolExecutor(4) as pool:  # the room opens the page before anyone presses Train
+        with ThreadPoolExecutor(PAGE_THREADS) as pool:  # the room opens the page before anyone presses Train
             list(pool.map(Learner.open_page, runs))
         timers: list[Ticks] = []
         if room:
             teacher = Tab(browser, timeout)
             code, key, _link = teacher.call("open_room", [ROOM_NAME, "", url])["output"]["data"]
-            with ThreadPoolExecutor(4) as pool:
+            with ThreadPoolExecutor(PAGE_THREADS) as pool:
                 list(pool.map(lambda run: run.join_room(code), runs))
             tabs = {"learner": [run.tab for run in runs], "teacher": [teacher] if view else []}
             timers = [Ticks(tabs[whose], event, inputs(code, key), period, stop_timers)
                       for event, (whose, inputs, period) in ROOM_TIMERS.items() if tabs[whose]]
         rss_idle = rss_mb(server.pid)
         load = os.getloadavg()[0]
+        print(f"N = {n}: server up, {n} pages open{' and in the room' if room else ''} "
+              f"{time.monotonic() - launched:.1f} s after its launch; pressing Train", flush=True)
 
-        cpu_before = tree_cpu_seconds(server.pid)
+        cpu_before = (*tree_cpu_seconds(server.pid), time.process_time())  # the server, its workers, this script
         started = time.monotonic()
         deadline = started + timeout
         for timer in timers:  # the pages' timers, from the press to the round's end
             timer.start()
-        for run in runs:
-            run.press()
+        with ThreadPoolExecutor(PAGE_THREADS) as pool:  # the learners press at once, as a room does when told to
+            list(pool.map(Learner.press, runs))
+        pressed = max((run.pressed for run in runs), default=started) - started
         latencies: dict[str, list[float]] = {kind: [] for kind in {**LIGHT, **RUNS}}
         light_errors: list[str] = []
         prober_thread = threading.Thread(target=probe, args=(prober, stop_probe, deadline, latencies, light_errors),
@@ -536,7 +585,8 @@ def measure(n: int, timeout: float, room: bool = False, view: bool = False) -> d
         for run in runs:
             run.finished.wait(max(0.0, deadline - time.monotonic()))
         ended = time.monotonic()
-        cpu = [after - before for after, before in zip(tree_cpu_seconds(server.pid), cpu_before)]
+        cpu_after = (*tree_cpu_seconds(server.pid), time.process_time())
+        cpu = [after - before for after, before in zip(cpu_after, cpu_before)]
         stop_probe.set()
         stop_timers.set()
         prober_thread.join(timeout=max(1.0, deadline - time.monotonic()))
@@ -544,7 +594,7 @@ def measure(n: int, timeout: float, room: bool = False, view: bool = False) -> d
         rss_after = rss_mb(server.pid)
         sampler.stopped.set()
         return summarize(n, runs, latencies, light_errors, ended - started, rss_idle,
-                         max(sampler.samples + [rss_after]), rss_after, load, cpu, timers)
+                         max(sampler.samples + [rss_after]), rss_after, load, cpu, timers, pressed)
     finally:
         stop_probe.set()
         stop_timers.set()
@@ -563,12 +613,13 @@ def stop_server(server: subprocess.Popen) -> None:
         server.kill()
 
 
-def hold(n: int, budget_mb: int | None) -> dict:
+def hold(n: int, budget_mb: int | None, log: Path | None = None) -> dict:
     """N sessions open the page and train a short model one after another, keeping it (the server's budget
     for models `budget_mb`, else its default); then each generates once, bringing back a model that was set
     aside. Returns refusals, errors, RSS and the store's size."""
     port, state_dir = free_port(), tempfile.mkdtemp(prefix="bench-load-state-")
-    server = start_server(port, state_dir, **({} if budget_mb is None else {"model_memory_bytes": budget_mb << 20}))
+    budget = {} if budget_mb is None else {"model_memory_bytes": budget_mb << 20}
+    server = start_server(port, state_dir, log, **budget)
     url = f"http://127.0.0.1:{port}/"
     sampler = RssSampler(server.pid)
     sampler.start()
@@ -613,7 +664,7 @@ def report_hold(r: dict) -> str:
 
 def summarize(n: int, runs: list[Learner], latencies: dict[str, list[float]], light_errors: list[str], elapsed: float,
               rss_idle: float, rss_peak: float, rss_after: float, load: float, cpu: list[float],
-              timers: list[Ticks]) -> dict:
+              timers: list[Ticks], pressed: float) -> dict:
     first_points = [math.inf if run.first_point is None else run.first_point for run in runs]
     durations = [run.done - run.first_update for run in runs if run.done is not None and run.first_update is not None]
     unfinished = sum(run.done is None for run in runs)
@@ -627,7 +678,7 @@ def summarize(n: int, runs: list[Learner], latencies: dict[str, list[float]], li
                                   p95_s=percentile(timer.latencies, 95), max_s=max(timer.latencies, default=None))
              for timer in timers}
     return dict(
-        clients=n, load_average=round(load, 2),
+        clients=n, load_average=round(load, 2), pressed_s=pressed,
         first_point_p50_s=percentile(first_points, 50), first_point_p95_s=percentile(first_points, 95),
         first_point_max_s=max(first_points, default=None), first_point_missing=sum(math.isinf(t) for t in first_points),
         all_done_s=None if unfinished else elapsed, unfinished=unfinished, run_duration_p50_s=percentile(durations, 50),
@@ -635,7 +686,7 @@ def summarize(n: int, runs: list[Learner], latencies: dict[str, list[float]], li
         errors=len(errors), first_error=errors[0] if errors else None,
         not_done=len(not_done), first_not_done=not_done[0] if not_done else None,
         rss_idle_mb=round(rss_idle), rss_peak_mb=round(rss_peak), rss_after_mb=round(rss_after),
-        server_cpu_s=round(cpu[0], 1), workers_cpu_s=round(cpu[1], 1),
+        server_cpu_s=round(cpu[0], 1), workers_cpu_s=round(cpu[1], 1), bench_cpu_s=round(cpu[2], 1),
         ticks=ticks, **{f"{event}_p95_s": tick["p95_s"] for event, tick in ticks.items()},
     )
 
@@ -654,7 +705,8 @@ def report(r: dict) -> str:
     never = f" ({r['first_point_missing']} never)" if r["first_point_missing"] else ""
     first_not_done = f" (first: {r['first_not_done'][:200]})" if r["first_not_done"] else ""
     return "\n".join([
-        f"N = {r['clients']} learners (load average {r['load_average']} before the press)",
+        f"N = {r['clients']} learners (load average {r['load_average']} before the press; "
+        f"all pressed Train within {seconds(r['pressed_s'])})",
         f"  first loss point: p50 {seconds(r['first_point_p50_s'])}, p95 {seconds(r['first_point_p95_s'])}, "
         f"max {seconds(r['first_point_max_s'])}{never}",
         f"  all done: {done}; each run's own duration p50 {seconds(r['run_duration_p50_s'])}",
@@ -667,7 +719,8 @@ def report(r: dict) -> str:
         f"  RSS: idle {r['rss_idle_mb']} MB, peak {r['rss_peak_mb']} MB, {SETTLE_S:.0f} s after the round's end "
         f"{r['rss_after_mb']} MB",
         f"  CPU from the press to the round's end: {r['server_cpu_s']} s in the server's process, "
-        f"{r['workers_cpu_s']} s in its step workers",
+        f"{r['workers_cpu_s']} s in its step workers, {r['bench_cpu_s']} s in this script (its learners, prober "
+        f"and samplers)",
     ])
 
 
@@ -705,17 +758,24 @@ def main() -> None:
     parser.add_argument("--holding", type=int, nargs="*", default=[], metavar="N",
                         help="then a round of N sessions holding models (see above)")
     parser.add_argument("--budget-mb", type=int, help="the server's memory for models in the --holding rounds")
+    parser.add_argument("--server-log", type=Path, metavar="PATH",
+                        help="append each server's output (its log lines, tracebacks) to PATH; by default discarded")
     args = parser.parse_args()
 
     print(describe_host(), flush=True)
-    print("server: PLAYGROUND_STEP_WORKERS=" + os.environ.get("PLAYGROUND_STEP_WORKERS", "auto (the default)"), flush=True)
     where = "gpu" if torch.cuda.is_available() else "cpu"  # where the server's trainings go ("auto")
+    if where == "gpu":
+        print(f"GPU: {torch.cuda.get_device_name()}, torch CUDA {torch.version.cuda}", flush=True)
+    files = raise_open_files(max(args.clients + args.holding, default=0))
+    print("server: " + ", ".join(f"{ENV_PREFIX}{name}=" + os.environ.get(ENV_PREFIX + name, "auto (the default)")
+                                 for name in ("STEP_WORKERS", "STACK_STEPS")) + f"; open files up to {files:,} a process",
+          flush=True)
     results = []
     for n in args.clients:
         if room_settings(n):
             print(f"N = {n}: the server is started with " + ", ".join(
                 f"PLAYGROUND_{name.upper()}={value}" for name, value in room_settings(n).items()), flush=True)
-        result = measure(n, args.timeout, room=args.room or args.view, view=args.view)
+        result = measure(n, args.timeout, room=args.room or args.view, view=args.view, log=args.server_log)
         results.append(result)
         print(report(result), flush=True)
         if args.json:
@@ -723,7 +783,7 @@ def main() -> None:
     if results:
         print(check_goals(max(results, key=lambda r: r["clients"]), where))
     for n in args.holding:
-        result = hold(n, args.budget_mb)
+        result = hold(n, args.budget_mb, args.server_log)
         print(report_hold(result), flush=True)
         if args.json:
             print(json.dumps(for_json(result)), flush=True)
