@@ -118,12 +118,19 @@ def assert_the_lesson_reached(learner) -> None:
 def class_table(teacher) -> list[dict[str, str]]:
     """The class table's rows as the teacher's page shows them, by column header."""
     return teacher.evaluate("""() => {
-        const root = document.querySelector('#class-table');
-        const heads = [...root.querySelectorAll('th[role=columnheader]')].map(th => th.title);
-        return [...root.querySelectorAll('[role=row].virtual-row')].map(row => Object.fromEntries(
-            [...row.querySelectorAll('[role=gridcell]')].map(cell => [heads[cell.dataset.col],
-                                                                      cell.innerText.trim()])));
+        const table = document.querySelector('#class-table');
+        const heads = [...table.querySelectorAll('thead th')].map(th => th.textContent);
+        return [...table.tBodies[0].rows].map(row => Object.fromEntries(
+            [...row.cells].map((cell, i) => [heads[i], cell.innerText.trim()])));
     }""")
+
+
+def highlight_by_clicking(teacher, name: str) -> None:
+    """Click a learner's name in the class table: the highlight picker takes it, and the table marks them."""
+    teacher.locator("#class-table button.class-learner", has_text=name).click()
+    picker = teacher.locator("#class-highlight input")
+    wait_until(lambda: picker.input_value() == name, what="the clicked learner in the highlight picker")
+    teacher.locator("#class-table button.class-learner[aria-pressed=true]", has_text=name).wait_for()
 
 
 class Laps:
@@ -184,6 +191,11 @@ def test_a_room_of_ten_learners_pushes_trains_and_shows_in_the_class_view(room_s
         assert found and max(found) <= APPEARS_S, (name, found)
 
     rows = class_table(teacher)
+    highlight_by_clicking(teacher, names[3])
+    teacher.locator("#class-maps").scroll_into_view_if_needed()  # asked for while in the window: the learners' maps
+    wait_until(lambda: teacher.evaluate("() => (document.querySelector('#class-maps .js-plotly-plot') || {}).data"
+                                        "?.filter(trace => trace.type === 'heatmap').length || 0") > 0,
+               what="the learners' maps in the gallery once it is in the window")
     shot(teacher, "room-class-view-desktop")
     teacher.set_viewport_size({"width": 390, "height": 844})
     teacher.wait_for_timeout(1500)  # Plotly redraws on the resize, a moment later
@@ -195,6 +207,9 @@ def test_a_room_of_ten_learners_pushes_trains_and_shows_in_the_class_view(room_s
     assert all(re.fullmatch(r"\d+", row["head formed by step"]) for row in right), rows  # ... and the table says when
     assert all(row["state"] == "done" and row["step"] == str(STEPS) for row in rows), rows
     assert re.search(rf"{LEARNERS} joined .* {LEARNERS} done", counts.inner_text()), counts.inner_text()
+    demo.rooms.close(demo.rooms._rooms[code])  # as the room's idle time would end it: the page says so
+    teacher.locator("#room-status").filter(has_text="The room has ended").wait_for()
+    assert not teacher.locator("#class-view").is_visible()
     for page in (teacher, *learners):
         assert_no_errors(page)
     laps.mark("the checks and screenshots")

@@ -14,7 +14,7 @@ import httpx
 
 from playground.rooms import ENDED, Lesson
 from playground.settings import Settings
-from playground.tabs.room import CHART_PATH
+from playground.tabs.room import VIEW_PATH
 from playground.tabs.train.link import LINKED
 from playground.tabs.train.room import LESSON_PATH
 from support.app import FORM, REPO, form, serve
@@ -120,18 +120,28 @@ def test_a_page_asks_for_the_lesson_with_its_ticket_and_forged_tickets_find_noth
     app.ok("close_room", [code, key], "teacher-3")
 
 
-def test_the_chart_route_draws_only_with_the_key_and_refuses_bad_bodies(server):
+def test_the_view_route_draws_only_with_the_key_and_refuses_bad_bodies(server):
     demo, app, _ = server
-    code, key = open_room(app, "Charting", "teacher-4")
+    code, key = open_room(app, "Charting <b>", "teacher-4")
     other_code, other_key = open_room(app, "Another chart", "teacher-5")
-    chart = f"{app.url}{CHART_PATH.lstrip('/')}"
+    chart = f"{app.url}{VIEW_PATH.lstrip('/')}"
 
     def post(**kwargs) -> httpx.Response:
         return httpx.post(chart, timeout=30, **kwargs)
 
     drawn = post(json={"code": code, "key": key, "highlight": None})
     assert drawn.status_code == 200 and drawn.headers["cache-control"] == "no-store"
-    assert "No learner has trained yet" in json.loads(drawn.json()["plot"])["layout"]["annotations"][0]["text"]
+    view = drawn.json()
+    assert "No learner has trained yet" in json.loads(view["plot"])["layout"]["annotations"][0]["text"]
+    assert view["counts"]["title"].startswith("Room Charting <b>")  # the page writes it as text, not HTML
+    assert view["table"]["data"] == [] and view["names"] == [] and "maps" not in view
+    with_maps = post(json={"code": code, "key": key, "page": 1, "maps": {"layer": 0, "head": 0, "page": 1}}).json()
+    assert "No learner on this page yet" in json.loads(with_maps["maps"])["layout"]["annotations"][0]["text"]
+    for bad_maps in ({"layer": 10_000, "head": 0}, {"layer": "../x"}, [0, 0], "maps"):
+        refused = post(json={"code": code, "key": key, "maps": bad_maps})
+        assert refused.status_code == 400, bad_maps
+    for bad_page in (0, -1, 1e300, "x", [1]):
+        assert post(json={"code": code, "key": key, "page": bad_page}).status_code == 400, bad_page
     forged = key[:-1] + ("A" if key[-1] != "A" else "B")
     for wrong in ({"code": code, "key": forged}, {"code": code}, {"code": code, "key": other_key},
                   {"code": other_code, "key": key}, {"code": code, "key": ["k"]}):

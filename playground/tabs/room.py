@@ -8,12 +8,16 @@ Every teacher event takes the room's code and teacher key (`playground.rooms.Roo
 is refused, over the API as in the page. The view reads what the learners' trainings already computed (their
 history rows and last attention snapshot): it costs the server a table's worth of reading a second.
 
-The chart is redrawn every TICK_S by the page's own script (CHART_LOOP: a POST of the code and key to a plain
-route of the app, `chart_route`, answered with the chart's Plotly JSON, drawn in place by the LivePlot), not by a
-Gradio event: in the browser each Gradio event costs ~100 ms of the page's main thread however small its outputs
-are (it updates the loading state of the page's ~400 components), so one a second kept a teacher's page busy most
-of the time on a loaded laptop, and a learner's new point reached the chart 1.5-3 s late. Counts and table come every
-TABLE_TICK_S through Gradio, the gallery every MAPS_TICK_S.
+While the room trains, the class view is drawn by the page's own script (VIEW_LOOP), not by Gradio events: every
+TICK_S it POSTs the code and key to a plain route of the app (`view_route`), whose answer holds the chart's Plotly
+JSON (drawn in place by a LivePlot), the counts and the table's page (drawn by a ClassBoard), and every
+MAPS_TICK_S the gallery too while some of it is in the window (drawing its tiles holds a busy page for about a
+second: measured, the chart's redraws waited behind it). In the browser each Gradio event costs the page's main
+thread 0.3-1 s on a busy two-core host however small its outputs (`playground.class_board` has the measurement),
+and a learner's new point waited behind them: with the table and the gallery on Gradio timers it reached the chart
+up to 2.3-4.6 s late. Gradio events remain for what the teacher does (show, highlight, a page of maps, push,
+export) and for the rare change of the learners' names (the pickers' choices), which the script signals with a
+hidden button.
 
 Public events: /open_room, /class_view, /class_maps, /push_lesson, /export_room, /room_to_compare, /close_room.
 Never imports another tab: the Train tab gives its form as `ctx.lesson`, the learner's side is its own.
@@ -49,7 +53,8 @@ from playground.figures.room import (
     class_loss_figure,
     class_maps_figure,
 )
-from playground.gradio_internals import PlotData
+from playground.class_board import ClassBoard
+from playground.gradio_internals import PlotData, plotly_json
 from playground.live_plot import LivePlot
 from playground.rooms import Lesson, Member, Progress, Room, finite, head_map, thinned
 from playground.sessions import Session
@@ -59,37 +64,70 @@ ROWS_PER_PAGE = 25
 MAPS_PER_PAGE = 24
 MAPS_PER_ROW = 4  # a phone's 390 px still gives each map ~80 px and its name room
 CHART_POINTS = 60  # of each learner's curve on the class chart: 150 learners stay a light update
-TICK_S = 1.0  # the chart's redraw: a learner's new point shows within about this
-# The counts' and the table's refresh, and the gallery's (maps change slowly, and they are the heavy part): Gradio
-# events, each ~0.3-0.4 s of the page's main thread at ten learners however small (its loading states and inputs walk
-# the page's components), which the chart's redraw waits behind: rare enough to leave the chart its second.
-TABLE_TICK_S = 4.0
-MAPS_TICK_S = 10.0
-CHART_PATH = "/room_chart"
-CHART_BODY_BYTES = 1024  # a chart request's JSON: a code, a key of at most KEY_CHARS, a learner's name
-# The page's side of the chart (see the module's docstring), started when the class view is shown with the code and
-# key typed: every TICK_S (from one request's start to the next), while the chart is on screen, POST them with the
-# highlighted learner to CHART_PATH and hand the answer to the chart (a LivePlot) to draw. A 403 (the room ended,
-# or closed) ends it.
-CHART_LOOP = f"""(code, key) => {{
-    clearTimeout(window.classChart);
+TICK_S = 1.0  # the live view's redraw: a learner's new point shows within about this
+MAPS_TICK_S = 10.0  # the gallery's (maps change slowly, and they are the heavy part)
+VIEW_PATH = "/room_view"
+VIEW_BODY_BYTES = 1024  # a view request's JSON: a code, a key of at most KEY_CHARS, a learner's name, three numbers
+# The page's side of the class view (see the module's docstring), started when the view is shown with the code and
+# key typed: every TICK_S (from one request's start to the next), while the view is on screen, POST them with the
+# highlighted learner and the table's page (and every MAPS_TICK_S, while the gallery is in the window, its layer,
+# head and page) to VIEW_PATH, and hand the answer to the chart, the board and the gallery. A click on a learner's
+# name in the table clicks a hidden button whose Gradio event highlights them (its `js` hands it the name); new names
+# click another (whose event updates the pickers' choices); a 403 (the room ended, or closed) clicks a third and
+# ends the loop.
+VIEW_LOOP = f"""(code, key) => {{
+    clearTimeout(window.classView);
     if (!code || !key) return;
     const root = ((window.gradio_config && window.gradio_config.root) || ".").replace(/\\/$/, "");
+    const value = (selector) => {{ const box = document.querySelector(selector); return box ? box.value : null; }};
+    const whole = (selector, otherwise) => {{
+        const number = parseInt(value(selector), 10);
+        return isNaN(number) ? otherwise : number;
+    }};
+    const pick = (name) => {{
+        window.classPicked = name;
+        document.querySelector("#class-pick").click();
+    }};
+    // the gallery is asked for only while some of it is in the window: drawn, it holds a busy page ~1 s
+    const inView = (element) => {{
+        const box = element.getBoundingClientRect();
+        return box.bottom > 0 && box.top < window.innerHeight;
+    }};
+    let names = null, mapsAsked = -Infinity, mapsSeen = false;
     const draw = async () => {{
+        // looked up at each tick: a part of the view is drawn (and its script run) once the view is shown
         const started = performance.now(), plot = document.querySelector("#class-chart .live-plot");
-        if (plot && plot.show && plot.offsetParent !== null) {{
-            const highlight = document.querySelector("#class-highlight input");
+        const boards = [...document.querySelectorAll("#class-view .class-board")].filter(board => board.show);
+        if (plot && plot.show && boards.length === 2 && plot.offsetParent !== null) {{
+            boards.forEach(board => {{ board.onpick = pick; }});
+            const asked = {{code, key, highlight: value("#class-highlight input"),
+                           page: whole("#class-page input", 1)}};
+            const gallery = document.querySelector("#class-maps .live-plot");
+            const seen = Boolean(gallery && gallery.show && inView(gallery));
+            if (seen && (!mapsSeen || started - mapsAsked >= {MAPS_TICK_S * 1000:.0f})) {{
+                mapsAsked = started;
+                asked.maps = {{layer: whole("#class-layer input[type=number]", 0),
+                               head: whole("#class-head input[type=number]", 0),
+                               page: whole("#class-maps-page input", 1)}};
+            }}
+            mapsSeen = seen;
             try {{
-                const answer = await fetch(`${{root}}{CHART_PATH}`, {{method: "POST", cache: "no-store",
-                    headers: {{"Content-Type": "application/json"}},
-                    body: JSON.stringify({{code, key, highlight: highlight ? highlight.value : null}})}});
-                if (answer.status === 403) return;
-                if (answer.ok) plot.show((await answer.json()).plot);
+                const answer = await fetch(`${{root}}{VIEW_PATH}`, {{method: "POST", cache: "no-store",
+                    headers: {{"Content-Type": "application/json"}}, body: JSON.stringify(asked)}});
+                if (answer.status === 403) {{ document.querySelector("#class-ended").click(); return; }}
+                if (answer.ok) {{
+                    const view = await answer.json(), now = JSON.stringify(view.names);
+                    plot.show(view.plot);
+                    boards.forEach(board => board.show(view));
+                    if (view.maps) gallery.show(view.maps);
+                    if (names !== null && now !== names) document.querySelector("#class-names-changed").click();
+                    names = now;
+                }}
             }} catch (error) {{}}
         }}
-        window.classChart = setTimeout(draw, Math.max(0, {TICK_S * 1000:.0f} - (performance.now() - started)));
+        window.classView = setTimeout(draw, Math.max(0, {TICK_S * 1000:.0f} - (performance.now() - started)));
     }};
-    window.classChart = setTimeout(draw, 0);
+    window.classView = setTimeout(draw, 0);
 }}"""
 PAGE_ADDRESS = "window.location.origin + window.location.pathname"
 # The teacher's browser keeps the room's code and key (its local storage), so a reload shows the class view again.
@@ -136,27 +174,37 @@ class RoomHandlers:
         The table's columns: learner, state (joined, training, stopped, done, refused, error, left), step, loss,
         val loss, answers right, head formed by step (the first snapshot from which a head copies: as close to
         the moment as the snapshots are, fewer on a busy server), last progress."""
-        return self.class_table(code, key, highlight, page, chart=True)
+        live = self.live_view(code, key, highlight, page)
+        tally = live["counts"]
+        counts = (f"### {validate.as_markdown(tally['title'])}\n"
+                  + " · ".join(f"**{number}** {label}" for number, label in tally["figures"])
+                  + (f" · {tally['paging']}" if tally["paging"] else ""))
+        return counts, plotly_json(live["plot"]), live["table"], live["names"]
 
-    def class_table(self, code: Any, key: Any, highlight: Any = None, page: Any = 1, chart: bool = False) -> tuple:
-        """`class_view`, the chart left as it is unless `chart` (the page's script draws it: CHART_LOOP)."""
+    def live_view(self, code: Any, key: Any, highlight: Any = None, page: Any = 1, maps: Any = None) -> dict:
+        """What the page's script (VIEW_LOOP) draws every TICK_S: {"plot": the class chart's Plotly JSON,
+        "counts": {"title", "figures": [[number, label], ...], "paging"}, "table": {"headers", "data"} (its page),
+        "names", "highlight"}; with `maps` ({"layer", "head", "page"}) also "maps", the gallery's Plotly JSON."""
         room = self.rooms.teacher(code, key)
         page = validate.integer(page if page not in (None, "") else 1, "Page", 1, 10_000)
         everyone = self.rooms.progress(room)
         rows = [self._row(member, progress) for member, progress in everyone]
         pages = max(1, math.ceil(len(rows) / ROWS_PER_PAGE))
         page = min(page, pages)
-        shown = rows[(page - 1) * ROWS_PER_PAGE: page * ROWS_PER_PAGE]
-        # the table as {"headers", "data"}: what the Dataframe shows, and plain JSON over the API (a pandas
-        # DataFrame there comes out as its printed, column-elided text)
-        return (self._counts(room, everyone, page, pages), _chart(everyone, highlight) if chart else gr.skip(),
-                {"headers": list(COLUMNS), "data": shown}, [member.name for member, _ in everyone])
+        names = [member.name for member, _ in everyone]
+        highlight = highlight if isinstance(highlight, str) and highlight in names else None
+        live = {"plot": _chart(everyone, highlight).plot, "counts": self._counts(room, everyone, page, pages),
+                # {"headers", "data"}: plain JSON for the page and over the API (a pandas DataFrame there comes
+                # out as its printed, column-elided text)
+                "table": {"headers": list(COLUMNS), "data": rows[(page - 1) * ROWS_PER_PAGE: page * ROWS_PER_PAGE]},
+                "names": names, "highlight": highlight}
+        if maps is not None:
+            if not isinstance(maps, dict):
+                raise gr.Error("The maps' settings are {\"layer\", \"head\", \"page\"}.")
+            live["maps"] = self.class_maps(code, key, maps.get("layer"), maps.get("head"), maps.get("page")).plot
+        return live
 
-    def class_chart(self, code: Any, key: Any, highlight: Any = None) -> PlotData:
-        """The class chart alone (what `chart_route` answers the page's script with every TICK_S)."""
-        return _chart(self.rooms.progress(self.rooms.teacher(code, key)), highlight)
-
-    def class_maps(self, code: Any, key: Any, layer: Any = 0, head: Any = 0, page: Any = 1):
+    def class_maps(self, code: Any, key: Any, layer: Any = 0, head: Any = 0, page: Any = 1) -> PlotData:
         """One attention map per learner (their last snapshot on their probe prompt) for head `head` of layer
         `layer`, `MAPS_PER_PAGE` learners a page."""
         room = self.rooms.teacher(code, key)
@@ -166,7 +214,7 @@ class RoomHandlers:
         page = validate.integer(page if page not in (None, "") else 1, "Page", 1, 10_000)
         present = room.present[(page - 1) * MAPS_PER_PAGE: page * MAPS_PER_PAGE]
         if not present:
-            return note_figure("No learner on this page yet: share the room's link.")
+            return plotly_json(note_figure("No learner on this page yet: share the room's link.").to_json())
         maps = [head_map(self.registry.peek(member.key), member.name, layer, head) for member in present]
         return class_maps_figure([(m.name, m.weights, m.labels) for m in maps], layer, head, columns=MAPS_PER_ROW)
 
@@ -243,17 +291,17 @@ class RoomHandlers:
     def free(self, session: Session) -> None:
         shutil.rmtree(self.scratch / session.id, ignore_errors=True)
 
-    def _counts(self, room: Room, everyone: list[tuple[Member, Progress]], page: int, pages: int) -> str:
+    def _counts(self, room: Room, everyone: list[tuple[Member, Progress]], page: int, pages: int) -> dict:
+        """The counts at the top of the view: {"title", "figures": [[number, label], ...], "paging"}."""
         present = [(member, progress) for member, progress in everyone if progress.state != "left"]
-        training = sum(progress.state == "training" for _, progress in present)
-        done = sum(progress.state == "done" for _, progress in present)
-        stuck = sum(self.rooms.stuck(member, progress) for member, progress in present)
-        formed = sum(progress.formed_at is not None for _, progress in present)
         lesson = f" · lesson {room.lesson.version}" if room.lesson is not None else ""
-        paging = f" · table page {page} of {pages}" if pages > 1 else ""
-        return (f"### Room {validate.as_markdown(room.name)} · code `{room.code}`{lesson}\n"
-                f"**{len(present)}** joined · **{training}** training · **{done}** done · **{stuck}** stuck · "
-                f"**{formed}** with a copying head{paging}")
+        return {"title": f"Room {room.name} · code {room.code}{lesson}", "figures": [
+            [len(present), "joined"],
+            [sum(progress.state == "training" for _, progress in present), "training"],
+            [sum(progress.state == "done" for _, progress in present), "done"],
+            [sum(self.rooms.stuck(member, progress) for member, progress in present), "stuck"],
+            [sum(progress.formed_at is not None for _, progress in present), "with a copying head"],
+        ], "paging": f"table page {page} of {pages}" if pages > 1 else ""}
 
     def _row(self, member: Member, progress: Progress, for_file: bool = False) -> list:
         answers = None if progress.answers is None else (
@@ -339,16 +387,15 @@ def build(ctx: AppContext) -> RoomHandlers:
     link_box = gr.Textbox(label="The learners' link", buttons=["copy"], interactive=False, visible=False,
                           elem_id="room-link", info="Each learner who opens it joins the room.")
     with gr.Column(visible=False, elem_id="class-view") as view:
-        counts = gr.Markdown(elem_id="class-counts")
+        ClassBoard("counts", elem_id="class-counts-board")
         highlight = gr.Dropdown([], value=None, label="Highlight a learner (or click their row)",
                                 allow_custom_value=False, elem_id="class-highlight")
-        chart = LivePlot(note_figure("No learner has trained yet."), label="Every learner's training loss",
-                         elem_id="class-chart")
-        # not wrapped: a phone scrolls it sideways (wrapped, its headers broke letter by letter)
-        table = gr.Dataframe(headers=list(COLUMNS), interactive=False, elem_id="class-table")
+        LivePlot(note_figure("No learner has trained yet."), label="Every learner's training loss",
+                 elem_id="class-chart")
+        ClassBoard("table", elem_id="class-board")
         with gr.Row():
-            page = gr.Number(1, precision=0, minimum=1, label=f"Table page ({ROWS_PER_PAGE} learners a page)",
-                             scale=0, min_width=200, elem_id="class-page")
+            gr.Number(1, precision=0, minimum=1, label=f"Table page ({ROWS_PER_PAGE} learners a page)",
+                      scale=0, min_width=200, elem_id="class-page")
         with gr.Row():
             layer = gr.Slider(0, ctx.settings.max_layers - 1, value=0, step=1, label="Layer", elem_id="class-layer")
             head = gr.Slider(0, ctx.settings.max_heads - 1, value=0, step=1, label="Head", elem_id="class-head")
@@ -376,26 +423,22 @@ def build(ctx: AppContext) -> RoomHandlers:
             compare_note = gr.Markdown(elem_id="room-compare-note")
         close_btn = gr.Button("Close the room", variant="stop", size="sm", elem_id="room-close")
     room_note = gr.Markdown(elem_id="room-status")
-    ticks, maps_ticks, names = gr.Timer(TABLE_TICK_S, active=False), gr.Timer(MAPS_TICK_S, active=False), gr.State([])
+    # The page script's signals (VIEW_LOOP), out of sight: a learner's name clicked in the table, new names, the end.
+    with gr.Row(elem_classes="room-signals"):
+        picked = gr.Textbox(show_label=False, container=False, elem_id="class-picked")  # the name's way in
+        pick = gr.Button("Highlight the learner clicked", elem_id="class-pick")
+        names_changed = gr.Button("The learners' names changed", elem_id="class-names-changed")
+        ended = gr.Button("The room ended", elem_id="class-ended")
+    names = gr.State([])
 
     cheap, quiet = ctx.cheap(), dict(**ctx.cheap(), api_visibility="private", show_progress="hidden")
     credentials = [code_box, key_box]
-    view_inputs = [*credentials, highlight, page, names]
-    view_outputs = [counts, chart, table, names, highlight, compared]
 
-    def shown(on: bool) -> tuple:
-        return gr.update(visible=on), gr.Timer(active=on), gr.Timer(active=on)
-
-    def refresh(code: Any, key: Any, highlight_name: Any, table_page: Any, known: list[str], chart: bool = True
-                ) -> tuple:
-        """The class view, and the pickers' choices only when the names changed (a refresh closes an open list)."""
-        *shown_view, now = handlers.class_table(code, key, highlight_name, table_page, chart=chart)
-        choices = (gr.skip(), gr.skip()) if now == known else (gr.update(choices=now), gr.update(choices=now))
-        return (*shown_view, now, *choices)
-
-    def tick(code: Any, key: Any, highlight_name: Any, table_page: Any, known: list[str]) -> tuple:
-        """The counts and the table; the chart is the page's script's (CHART_LOOP)."""
-        return refresh(code, key, highlight_name, table_page, known, chart=False)
+    def pickers(code: Any, key: Any, known: list[str]) -> tuple:
+        """The learners' names in the pickers (highlight, compare), changed only when they changed: an update
+        closes a list the teacher has open."""
+        now = handlers.class_view(code, key)[3]
+        return (gr.skip(),) * 3 if now == known else (now, gr.update(choices=now), gr.update(choices=now))
 
     remembered = gr.BrowserState(None, storage_key=REMEMBERED_KEY, secret=REMEMBERED_SECRET)
 
@@ -403,29 +446,29 @@ def build(ctx: AppContext) -> RoomHandlers:
         """The class view this browser kept open, shown again (a reload on the projector), unless a code is typed."""
         resumed = None if typed else handlers.resume(kept)
         if resumed is None:
-            return gr.skip(), gr.skip(), *(gr.skip(),) * 3, (None if kept is not None and not typed else gr.skip())
-        return (*resumed, *shown(True), gr.skip())
+            return gr.skip(), gr.skip(), gr.skip(), (None if kept is not None and not typed else gr.skip())
+        return (*resumed, gr.update(visible=True), gr.skip())
 
     # Asked when a tab is picked, after a round trip: a BrowserState reads its storage once its tab is drawn, and
     # the Room tab is not drawn until it is first picked.
     ctx.tabs.select(lambda: None, None, None, **quiet).then(
-        come_back, [remembered, code_box], [code_box, key_box, view, ticks, maps_ticks, remembered], **quiet
-    ).then(None, credentials, None, js=CHART_LOOP)
+        come_back, [remembered, code_box], [code_box, key_box, view, remembered], **quiet
+    ).then(None, credentials, None, js=VIEW_LOOP)
     opened = open_btn.click(handlers.open_room, [room_name, server_key, link_box], [code_box, key_box, link_box],
                             api_name="open_room", js=f"(name, key, page) => [name, key, {PAGE_ADDRESS}]", **cheap)
     opened.success(lambda: gr.update(visible=True), None, link_box, **quiet)
-    for started in (opened, show_btn.click(refresh, view_inputs, view_outputs, api_visibility="private", **cheap)):
-        started.success(lambda code, key: (*shown(True), "", [code, key]), credentials,
-                        [view, ticks, maps_ticks, room_note, remembered], **quiet)
-        started.success(None, credentials, None, js=CHART_LOOP)
-    refreshed = ticks.tick(tick, view_inputs, view_outputs, **quiet)
-    refreshed.failure(lambda: (*shown(False), "The room has ended (closed, or idle too long).", None), None,
-                      [view, ticks, maps_ticks, room_note, remembered], **quiet)
-    gr.on([highlight.change, page.submit], refresh, view_inputs, view_outputs, **quiet)
+    pickers_of = dict(fn=pickers, inputs=[*credentials, names], outputs=[names, highlight, compared])
+    for started in (opened, show_btn.click(**pickers_of, api_visibility="private", **cheap)):
+        started.success(lambda code, key: (gr.update(visible=True), "", [code, key]), credentials,
+                        [view, room_note, remembered], **quiet)
+        started.success(None, credentials, None, js=VIEW_LOOP)
+    names_changed.click(**pickers_of, **quiet)
+    pick.click(lambda name: name, picked, highlight, js="(name) => window.classPicked || name", **quiet)
+    ended.click(lambda: (gr.update(visible=False), "The room has ended (closed, or idle too long).", None), None,
+                [view, room_note, remembered], **quiet)
     gr.api(handlers.class_view, api_name="class_view", **cheap)
-    table.select(_row_name, None, highlight, **quiet)
     maps_inputs = [*credentials, layer, head, maps_page]
-    gr.on([maps_ticks.tick, layer.release, head.release, maps_page.submit, show_btn.click], handlers.class_maps,
+    gr.on([layer.release, head.release, maps_page.submit, show_btn.click], handlers.class_maps,
           maps_inputs, maps, api_name="class_maps", **{**quiet, "api_visibility": "public"})
     lesson_fields = list(ctx.lesson.fields.values()) if ctx.lesson is not None else []
     push_btn.click(handlers.push_lesson, [*credentials, hide, lock, *lesson_fields], push_note, api_name="push_lesson",
@@ -434,40 +477,40 @@ def build(ctx: AppContext) -> RoomHandlers:
     compare_btn.click(handlers.room_to_compare, [*credentials, compared], compare_note, api_name="room_to_compare",
                       **cheap)
     close_btn.click(handlers.close_room, credentials, room_note, api_name="close_room", **cheap).success(
-        lambda: (*shown(False), None), None, [view, ticks, maps_ticks, remembered], **quiet)
-    ctx.routes.append(chart_route(handlers))
+        lambda: (gr.update(visible=False), None), None, [view, remembered], **quiet)
+    ctx.routes.append(view_route(handlers))
     return handlers
 
 
-def chart_route(handlers: RoomHandlers) -> APIRoute:
-    """The route the teacher's page redraws the class chart from (CHART_LOOP): POST {"code", "key", "highlight"},
-    answered {"plot": the chart's Plotly JSON}; 403 with the words a wrong key gets over the API, 400 for a body
-    that is no such JSON, 413 for one longer than CHART_BODY_BYTES (read no further). The chart is made in a
-    worker thread, as an event's is, not on the server's event loop."""
+def view_route(handlers: RoomHandlers) -> APIRoute:
+    """The route the teacher's page draws the class view from (VIEW_LOOP): POST {"code", "key", "highlight",
+    "page", "maps"?}, answered with `RoomHandlers.live_view`'s JSON; 403 with the words a wrong key gets over the
+    API, 400 for a body that is no such JSON or asks for what is not there, 413 for one longer than VIEW_BODY_BYTES
+    (read no further). The view is made in a worker thread, as an event's is, not on the server's event loop."""
 
-    async def room_chart(request: Request) -> JSONResponse:
+    async def room_view(request: Request) -> JSONResponse:
         body = b""
         async for chunk in request.stream():
             body += chunk
-            if len(body) > CHART_BODY_BYTES:
-                return JSONResponse({"error": f"A chart request is at most {CHART_BODY_BYTES} bytes."}, 413)
+            if len(body) > VIEW_BODY_BYTES:
+                return JSONResponse({"error": f"A view request is at most {VIEW_BODY_BYTES} bytes."}, 413)
         try:
             asked = json.loads(body)
         except ValueError:  # not JSON, or not UTF-8
             asked = None
         if not isinstance(asked, dict):
-            return JSONResponse({"error": "A chart request is a JSON object: code, key, highlight."}, 400)
+            return JSONResponse({"error": "A view request is a JSON object: code, key, highlight, page, maps."}, 400)
+        code, key = asked.get("code"), asked.get("key")
         try:
-            plot = await run_in_threadpool(handlers.class_chart, asked.get("code"), asked.get("key"),
-                                           asked.get("highlight"))
+            await run_in_threadpool(handlers.rooms.teacher, code, key)
         except gr.Error as error:
             return JSONResponse({"error": error.message}, 403)
-        return JSONResponse({"plot": plot.plot}, headers={"Cache-Control": "no-store"})
+        try:
+            live = await run_in_threadpool(handlers.live_view, code, key, asked.get("highlight"), asked.get("page"),
+                                           asked.get("maps"))
+        except gr.Error as error:
+            return JSONResponse({"error": error.message}, 400)
+        return JSONResponse(live, headers={"Cache-Control": "no-store"})
 
-    return APIRoute(CHART_PATH, room_chart, methods=["POST"])
+    return APIRoute(VIEW_PATH, room_view, methods=["POST"])
 
-
-def _row_name(event: gr.SelectData) -> Any:
-    """The learner whose row the teacher clicked (the first column holds the name)."""
-    row = getattr(event, "row_value", None)
-    return row[0] if row else gr.skip()

@@ -21,8 +21,8 @@ With --room, the learners open the page, then join a room the teacher opened (/o
 they press Train (the page's private `join_from_link`, with `?room=` on its queue join as the page sends it), and
 each page asks for the room's lesson as its script does (a plain GET of LESSON_PATH with the ticket the join gave,
 every ROOM_ASK_S); with --view, the teacher's class view is open too from the press
-to the round's end: its script POSTs for the chart (CHART_PATH) every TICK_S, its timers call the counts' and
-table's private `tick` every TABLE_TICK_S and /class_maps every MAPS_TICK_S (issue 39).
+to the round's end: its script POSTs for the chart, the counts and the table (VIEW_PATH) every TICK_S, and for
+the gallery too every MAPS_TICK_S (issue 39).
 Each timer's calls (and asks) are timed from the tick to the answer (a tick whose last call has not answered is skipped,
 as a gr.Timer's is). `ROOM_TIMERS` declares them.
 
@@ -81,7 +81,7 @@ sys.path.insert(0, str(REPO))
 from tests.support.app import free_port  # noqa: E402
 from host import cpu_seconds, describe_host  # noqa: E402  (this script's folder is on sys.path)
 from playground.settings import ENV_PREFIX, Settings  # noqa: E402
-from playground.tabs.room import CHART_PATH, MAPS_TICK_S, TABLE_TICK_S, TICK_S  # noqa: E402
+from playground.tabs.room import MAPS_TICK_S, TICK_S, VIEW_PATH  # noqa: E402
 from playground.tabs.train.room import LESSON_PATH, ROOM_ASK_S  # noqa: E402
 
 # Tiny Shakespeare from ../shared/data as in the tests, unless the caller says otherwise.
@@ -118,21 +118,23 @@ GOALS = {
              ("nobody refused, no errors", "errors", operator.eq, 0)]),
     ],
 }
-# A room (--room, --view): its name, and the timers its pages run, by event: (whose page: each learner's, or the
-# teacher's class view, its inputs as the page sends them from the room's code and teacher key: the table's first
-# page, layer 0's head 0 in the gallery, None for a State (which the server keeps); not a list but a route of the
-# app's own: a dictionary, POSTed as JSON; None, a GET with the learner's ticket; every how many seconds).
+# A room (--room, --view): its name, and the timers its pages run, by name: (the route of the app's own they ask,
+# whose page: each learner's, or the teacher's class view, what the page sends from the room's code and teacher key:
+# a dictionary, POSTed as JSON (the table's first page; layer 0's head 0 in the gallery); None, a GET with the
+# learner's ticket; every how many seconds). The class view's script asks one route, with the gallery every
+# MAPS_TICK_S: two timers here, timed apart.
 ROOM_NAME = "Bench room"
 TICK_JOINERS = 16  # threads joining the queue for the pages' timers
 ROOM_TIMERS = {
-    LESSON_PATH.strip("/"): ("learner", lambda code, key: None, ROOM_ASK_S),
-    CHART_PATH.strip("/"): ("teacher", lambda code, key: {"code": code, "key": key, "highlight": None}, TICK_S),
-    "tick": ("teacher", lambda code, key: [code, key, None, 1, None], TABLE_TICK_S),
-    "class_maps": ("teacher", lambda code, key: [code, key, 0, 0, 1], MAPS_TICK_S),
+    "lesson": (LESSON_PATH, "learner", lambda code, key: None, ROOM_ASK_S),
+    "view": (VIEW_PATH, "teacher", lambda code, key: {"code": code, "key": key, "highlight": None, "page": 1}, TICK_S),
+    "view_with_maps": (VIEW_PATH, "teacher", lambda code, key: {
+        "code": code, "key": key, "highlight": None, "page": 1, "maps": {"layer": 0, "head": 0, "page": 1}},
+        MAPS_TICK_S),
 }
 # The issue's goal for the class view (issue 39), checked when it was open: (what, result key, comparison, limit).
-VIEW_GOALS = [(f"/{event} p95 <= 1 s", f"{event}_p95_s", operator.le, 1.0)
-              for event, (whose, _, _) in ROOM_TIMERS.items() if whose == "teacher"]
+VIEW_GOALS = [(f"{timer} p95 <= 1 s", f"{timer}_p95_s", operator.le, 1.0)
+              for timer, (_, whose, _, _) in ROOM_TIMERS.items() if whose == "teacher"]
 # A room of at least `Settings.max_trainings` (200) learners is more than the server's defaults admit: its server
 # is told to admit it all (as the README says a host of such a room does), plus the teacher and some headroom, in
 # each of these settings whose default is smaller (trainings, events queued, sessions without a model yet: each
@@ -414,23 +416,24 @@ class Learner:
 
 
 class Ticks(threading.Thread):
-    """A page's gr.Timer in each of `tabs`: every `period` s each tab calls `api_name` with `data` (a dictionary:
-    POSTs it to the route `api_name`; None: GETs that route with the tab's ticket, as a room's page asks), unless its last call is still pending (a tick's
-    trigger mode is "once"), until `stop`. Keeps each call's latency, from the tick to its answer, and the errors."""
+    """A page script's timer in each of `tabs`: every `period` s each tab asks the app's route `path` (a POST of
+    `data`, a dictionary, as JSON; None: a GET with the tab's ticket, as a room's page asks for its lesson), unless
+    its last ask has not been answered, until `stop`. Keeps each ask's latency, from the tick to its answer, and the
+    errors, under `name`."""
 
-    def __init__(self, tabs: list[Tab], api_name: str, data: list | dict | None, period: float,
+    def __init__(self, tabs: list[Tab], name: str, path: str, data: dict | None, period: float,
                  stop: threading.Event) -> None:
         super().__init__(daemon=True)
-        self.tabs, self.api_name, self.data, self.period, self.stop = tabs, api_name, data, period, stop
-        self.pending: set[str] = set()  # the tabs' session hashes whose call has not answered
+        self.tabs, self.name, self.path, self.data, self.period, self.stop = tabs, name, path, data, period, stop
+        self.pending: set[str] = set()  # the tabs' session hashes whose ask has not been answered
         self.latencies: list[float] = []
         self.errors: list[str] = []
         self.lock = threading.Lock()
 
     def run(self) -> None:
-        # Each page joins on its own, as browsers do: one thread joining for 150 pages, one after another, sent
-        # 10 polls a second where 150 pages send 75 (and 5.6 on a loaded host).
-        with ThreadPoolExecutor(TICK_JOINERS) as joins:
+        # Each page asks on its own, as browsers do: one thread asking for 150 pages, one after another, sent
+        # 10 asks a second where 150 pages send 75 (and 5.6 on a loaded host).
+        with ThreadPoolExecutor(TICK_JOINERS) as asks:
             due = time.monotonic()
             while not self.stop.wait(max(0.0, due - time.monotonic())):
                 for tab in self.tabs:  # spread over half the period, as pages opened at different moments are
@@ -438,38 +441,13 @@ class Ticks(threading.Thread):
                         if tab.session_hash in self.pending:
                             continue
                         self.pending.add(tab.session_hash)
-                    joins.submit(self.tick, tab, time.monotonic())
+                    asks.submit(self.ask, tab, time.monotonic())
                     if self.stop.wait(self.period / len(self.tabs) / 2):
                         return
                 due = max(due + self.period, time.monotonic())
 
-    def tick(self, tab: Tab, started: float) -> None:
-        if not isinstance(self.data, list):
-            self.ask(tab, started)
-            return
-
-        def answered(kind: str, line: str) -> None:
-            if kind not in ("process_completed", "failed"):
-                return
-            with self.lock:
-                self.pending.discard(tab.session_hash)
-                if kind == "process_completed" and json.loads(line).get("success"):
-                    self.latencies.append(time.monotonic() - started)
-                else:
-                    self.errors.append(f"/{self.api_name}: {line[:300]}")
-
-        try:
-            tab.submit(self.api_name, self.data, answered)
-        except Exception as error:
-            with self.lock:
-                self.pending.discard(tab.session_hash)
-                self.errors.append(f"/{self.api_name}: {type(error).__name__}: {error}")
-
-
     def ask(self, tab: Tab, started: float) -> None:
-        """A page's script asking a route of the app: the learner's for the lesson, a GET with its ticket
-        (`LESSON_PATH`), the teacher's for the chart, a POST of `data` (`CHART_PATH`)."""
-        url = f"{tab.browser.url}{self.api_name}"
+        url = f"{tab.browser.url}{self.path.lstrip('/')}"
         try:
             if self.data is None:
                 answer = tab.browser.http.get(url, params={"ticket": tab.ticket})
@@ -477,9 +455,9 @@ class Ticks(threading.Thread):
                 answer = tab.browser.http.post(url, json=self.data)
             answer.raise_for_status()
             lesson = answer.json().get("lesson", 0)
-            failed = None if isinstance(lesson, int) and lesson >= 0 else f"/{self.api_name}: the room ended"
+            failed = None if isinstance(lesson, int) and lesson >= 0 else f"{self.name}: the room ended"
         except Exception as error:
-            failed = f"/{self.api_name}: {type(error).__name__}: {error}"
+            failed = f"{self.name}: {type(error).__name__}: {error}"
         with self.lock:
             self.pending.discard(tab.session_hash)
             if failed:
@@ -562,8 +540,8 @@ def measure(n: int, timeout: float, room: bool = False, view: bool = False, log:
             with ThreadPoolExecutor(PAGE_THREADS) as pool:
                 list(pool.map(lambda run: run.join_room(code), runs))
             tabs = {"learner": [run.tab for run in runs], "teacher": [teacher] if view else []}
-            timers = [Ticks(tabs[whose], event, inputs(code, key), period, stop_timers)
-                      for event, (whose, inputs, period) in ROOM_TIMERS.items() if tabs[whose]]
+            timers = [Ticks(tabs[whose], name, path, data(code, key), period, stop_timers)
+                      for name, (path, whose, data, period) in ROOM_TIMERS.items() if tabs[whose]]
         rss_idle = rss_mb(server.pid)
         load = os.getloadavg()[0]
         print(f"N = {n}: server up, {n} pages open{' and in the room' if room else ''} "
@@ -674,7 +652,7 @@ def summarize(n: int, runs: list[Learner], latencies: dict[str, list[float]], li
     everything = [value for kind in LIGHT for value in latencies[kind]]
     light = {kind: dict(n=len(values), p50_s=percentile(values, 50), p95_s=percentile(values, 95))
              for kind, values in {**latencies, "all": everything}.items()}
-    ticks = {timer.api_name: dict(n=len(timer.latencies), p50_s=percentile(timer.latencies, 50),
+    ticks = {timer.name: dict(n=len(timer.latencies), p50_s=percentile(timer.latencies, 50),
                                   p95_s=percentile(timer.latencies, 95), max_s=max(timer.latencies, default=None))
              for timer in timers}
     return dict(
