@@ -207,6 +207,13 @@ def test_a_room_of_ten_learners_pushes_trains_and_shows_in_the_class_view(room_s
     assert all(re.fullmatch(r"\d+", row["head formed by step"]) for row in right), rows  # ... and the table says when
     assert all(row["state"] == "done" and row["step"] == str(STEPS) for row in rows), rows
     assert re.search(rf"{LEARNERS} joined .* {LEARNERS} done", counts.inner_text()), counts.inner_text()
+    teacher.reload()  # on the projector: the browser kept the code and key, the view comes back with its pickers
+    open_tab(teacher, "Room")
+    teacher.locator("#class-counts").filter(has_text=f"{LEARNERS} joined").wait_for()
+    assert teacher.locator("#class-page input").is_enabled()  # the page script reads it: a teacher types in it
+    teacher.locator("#class-highlight input").click()
+    teacher.get_by_role("option", name=names[5], exact=True).click()
+    teacher.locator("#class-table button.class-learner[aria-pressed=true]", has_text=names[5]).wait_for()
     demo.rooms.close(demo.rooms._rooms[code])  # as the room's idle time would end it: the page says so
     teacher.locator("#room-status").filter(has_text="The room has ended").wait_for()
     assert not teacher.locator("#class-view").is_visible()

@@ -72,9 +72,9 @@ VIEW_BODY_BYTES = 1024  # a view request's JSON: a code, a key of at most KEY_CH
 # key typed: every TICK_S (from one request's start to the next), while the view is on screen, POST them with the
 # highlighted learner and the table's page (and every MAPS_TICK_S, while the gallery is in the window, its layer,
 # head and page) to VIEW_PATH, and hand the answer to the chart, the board and the gallery. A click on a learner's
-# name in the table clicks a hidden button whose Gradio event highlights them (its `js` hands it the name); new names
-# click another (whose event updates the pickers' choices); a 403 (the room ended, or closed) clicks a third and
-# ends the loop.
+# name in the table clicks a hidden button whose Gradio event highlights them (its `js` hands it the name); the names,
+# at the first answer (a reload shows the view again) and whenever they change, click another (whose event updates
+# the pickers' choices); a 403 (the room ended, or closed) clicks a third and ends the loop.
 VIEW_LOOP = f"""(code, key) => {{
     clearTimeout(window.classView);
     if (!code || !key) return;
@@ -120,7 +120,7 @@ VIEW_LOOP = f"""(code, key) => {{
                     plot.show(view.plot);
                     boards.forEach(board => board.show(view));
                     if (view.maps) gallery.show(view.maps);
-                    if (names !== null && now !== names) document.querySelector("#class-names-changed").click();
+                    if (now !== names) document.querySelector("#class-names-changed").click();
                     names = now;
                 }}
             }} catch (error) {{}}
@@ -388,14 +388,15 @@ def build(ctx: AppContext) -> RoomHandlers:
                           elem_id="room-link", info="Each learner who opens it joins the room.")
     with gr.Column(visible=False, elem_id="class-view") as view:
         ClassBoard("counts", elem_id="class-counts-board")
-        highlight = gr.Dropdown([], value=None, label="Highlight a learner (or click their row)",
+        # read by the page's script, no event's input: interactive said outright (Gradio would draw it disabled)
+        highlight = gr.Dropdown([], value=None, label="Highlight a learner (or click their row)", interactive=True,
                                 allow_custom_value=False, elem_id="class-highlight")
         LivePlot(note_figure("No learner has trained yet."), label="Every learner's training loss",
                  elem_id="class-chart")
         ClassBoard("table", elem_id="class-board")
         with gr.Row():
             gr.Number(1, precision=0, minimum=1, label=f"Table page ({ROWS_PER_PAGE} learners a page)",
-                      scale=0, min_width=200, elem_id="class-page")
+                      interactive=True, scale=0, min_width=200, elem_id="class-page")  # read by the script too
         with gr.Row():
             layer = gr.Slider(0, ctx.settings.max_layers - 1, value=0, step=1, label="Layer", elem_id="class-layer")
             head = gr.Slider(0, ctx.settings.max_heads - 1, value=0, step=1, label="Head", elem_id="class-head")
