@@ -32,13 +32,14 @@ PARTS = {
 }
 # A phone scrolls the table sideways rather than breaking its headers letter by letter.
 STYLE = """
-.class-board h3 { margin: 0 0 4px; font-size: 1.15em; font-weight: 600; }
+.class-board h2 { margin: 0 0 4px; font-size: 1.15em; font-weight: 600; }
 .class-board p { margin: 0 0 8px; }
 .class-table-scroll { overflow-x: auto; }
 .class-board table { border-collapse: collapse; font-variant-numeric: tabular-nums; font-size: 0.92em; }
 .class-board th, .class-board td { padding: 4px 10px; border-bottom: 1px solid var(--border-color-primary);
                                    text-align: left; white-space: nowrap; }
-.class-board button.class-learner { background: none; border: 0; padding: 0; color: var(--link-text-color);
+/* The body's text colour, underlined: the theme's link colour is too light on white for a name (axe). */
+.class-board button.class-learner { background: none; border: 0; padding: 0; color: var(--body-text-color);
                                     text-decoration: underline; cursor: pointer; font: inherit; }
 .class-board button.class-learner[aria-pressed="true"] { font-weight: 700; }
 """
@@ -52,7 +53,7 @@ board.show = (answer) => {
         tally.figures.forEach(([number, label], i) => line.append(i ? " · " : "", text("strong", String(number)),
                                                                   ` ${label}`));
         if (tally.paging) line.append(` · ${tally.paging}`);
-        counts.replaceChildren(text("h3", tally.title), line);
+        counts.replaceChildren(text("h2", tally.title), line);
     }
     if (!table) return;
     const focused = document.activeElement && table.contains(document.activeElement)

@@ -10,6 +10,7 @@ import re
 import time
 
 import pytest
+from axe_playwright_python.base import AXE_SCRIPT
 
 from bench.host import describe_host  # the benchmarks' one line on the host's speed
 from playground.settings import Settings
@@ -125,6 +126,15 @@ def class_table(teacher) -> list[dict[str, str]]:
     }""")
 
 
+def serious_violations(page, selector: str) -> list:
+    """axe-core's serious and critical violations inside `selector` (the class view's own markup; the app's tabs
+    are audited by test_a11y_browser)."""
+    page.evaluate(AXE_SCRIPT)
+    found = page.evaluate(f"axe.run(document.querySelector({selector!r}), {{resultTypes: ['violations']}})")
+    return [(v["id"], [node["target"] for node in v["nodes"]]) for v in found["violations"]
+            if v["impact"] in ("serious", "critical")]
+
+
 def highlight_by_clicking(teacher, name: str) -> None:
     """Click a learner's name in the class table: the highlight picker takes it, and the table marks them."""
     teacher.locator("#class-table button.class-learner", has_text=name).click()
@@ -192,6 +202,7 @@ def test_a_room_of_ten_learners_pushes_trains_and_shows_in_the_class_view(room_s
 
     rows = class_table(teacher)
     highlight_by_clicking(teacher, names[3])
+    assert serious_violations(teacher, "#class-view") == []  # the table's names were too pale (colour contrast)
     teacher.locator("#class-maps").scroll_into_view_if_needed()  # asked for while in the window: the learners' maps
     wait_until(lambda: teacher.evaluate("() => (document.querySelector('#class-maps .js-plotly-plot') || {}).data"
                                         "?.filter(trace => trace.type === 'heatmap').length || 0") > 0,
