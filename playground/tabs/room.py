@@ -56,7 +56,7 @@ from playground.figures.room import (
 from playground.class_board import ClassBoard
 from playground.gradio_internals import PlotData, plotly_json
 from playground.live_plot import LivePlot
-from playground.rooms import Lesson, Member, Progress, Room, finite, head_map, thinned
+from playground.rooms import NAME_CHARS, Lesson, Member, Progress, Room, finite, head_map, thinned
 from playground.sessions import Session
 
 COLUMNS = ("learner", "state", "step", "loss", "val loss", "answers right", "head formed by step", "last progress")
@@ -426,7 +426,7 @@ def build(ctx: AppContext) -> RoomHandlers:
     room_note = gr.Markdown(elem_id="room-status")
     # The page script's signals (VIEW_LOOP), out of sight: a learner's name clicked in the table, new names, the end.
     with gr.Row(elem_classes="room-signals"):
-        picked = gr.Textbox(show_label=False, container=False, elem_id="class-picked")  # the name's way in
+        picked = gr.Textbox(show_label=False, container=False, max_length=NAME_CHARS, elem_id="class-picked")
         pick = gr.Button("Highlight the learner clicked", elem_id="class-pick")
         names_changed = gr.Button("The learners' names changed", elem_id="class-names-changed")
         ended = gr.Button("The room ended", elem_id="class-ended")
@@ -464,7 +464,7 @@ def build(ctx: AppContext) -> RoomHandlers:
                         [view, room_note, remembered], **quiet)
         started.success(None, credentials, None, js=VIEW_LOOP)
     names_changed.click(**pickers_of, **quiet)
-    pick.click(lambda name: name, picked, highlight, js="(name) => window.classPicked || name", **quiet)
+    pick.click(_picked_name, picked, highlight, js="(name) => window.classPicked || name", **quiet)
     ended.click(lambda: (gr.update(visible=False), "The room has ended (closed, or idle too long).", None), None,
                 [view, room_note, remembered], **quiet)
     gr.api(handlers.class_view, api_name="class_view", **cheap)
@@ -515,3 +515,8 @@ def view_route(handlers: RoomHandlers) -> APIRoute:
 
     return APIRoute(VIEW_PATH, room_view, methods=["POST"])
 
+
+def _picked_name(name: Any) -> Any:
+    """The learner's name the page's script sends when their row is clicked: any request's value, so a learner's
+    name or nothing (the picker then stays as it is)."""
+    return name if isinstance(name, str) and 0 < len(name) <= NAME_CHARS else gr.skip()
