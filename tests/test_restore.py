@@ -327,9 +327,8 @@ def test_a_set_aside_model_damaged_in_the_store_is_said_once_and_put_aside(tmp_p
         assert "There is no model yet" in str(app.ok("generate", GENERATE, "first"))  # then a fresh start
 
 
-def test_the_live_sample_comes_back_with_the_model(tmp_path):
-    """A reload or a restart brought the model and its curve back, and an empty live sample: the last sample
-    the page showed is kept with the model."""
+def train_handlers(store: Path):
+    """The Train tab's handlers of a server on `store` (a second call: a restart), the handlers' small caps."""
     from support.handlers import SETTINGS
 
     from playground.context import AppContext
@@ -337,12 +336,38 @@ def test_the_live_sample_comes_back_with_the_model(tmp_path):
     from playground.store import StateStore
     from playground.tabs.train import TrainHandlers
 
-    def handlers() -> TrainHandlers:  # a server on the store (a second one: a restart)
-        return TrainHandlers(AppContext(settings=SETTINGS, registry=SessionRegistry(10**9, 600), model_changed=None,
-                                        tabs=None, store=StateStore(str(tmp_path / "store"), 10**9)))
+    return TrainHandlers(AppContext(settings=SETTINGS, registry=SessionRegistry(10**9, 600), model_changed=None,
+                                    tabs=None, store=StateStore(str(store), 10**9)))
 
-    before = handlers()
+
+def test_the_live_sample_comes_back_with_the_model(tmp_path):
+    """A reload or a restart brought the model and its curve back, and an empty live sample: the last sample
+    the page showed is kept with the model."""
+    before = train_handlers(tmp_path / "store")
     token = before.restore.come_back(None, None, "tab-before")["token"]
     shown = list(before.run.train(**FORM, request="tab-before"))[-1][3]
     assert shown and before.ctx.store.writer.flush()
-    assert handlers().restore.come_back(token, None, "tab-after")["sample"] == shown
+    assert train_handlers(tmp_path / "store").restore.come_back(token, None, "tab-after")["sample"] == shown
+
+
+@pytest.mark.parametrize("token_comes", ["during the run", "after the run"])
+def test_a_model_trained_before_the_page_had_its_token_is_kept_with_its_form(token_comes, tmp_path, monkeypatch):
+    """On a busy server Train can be pressed before the page's load event has given the browser its token. The
+    model is kept all the same, with the form it trained with: a restart (or a code) brings both back, not the
+    model alone under the default form, nor nothing."""
+    before, steps = train_handlers(tmp_path / "store"), 4 * FORM["eval_interval"]
+    run = before.run.train(**{**FORM, "steps": steps}, request="tab")
+    if token_comes == "during the run":
+        next(run)
+        token = before.restore.come_back(None, None, "tab")["token"]
+        assert before.ctx.registry.peek("tab").busy  # the run keeps it, at its evaluations and its end
+    list(run)
+    if token_comes == "after the run":
+        token = before.restore.come_back(None, None, "tab")["token"]
+    assert before.ctx.store.writer.flush()
+    back = train_handlers(tmp_path / "store").restore.come_back(token, None, "tab-after")
+    assert f"at step {steps}" in back["status"] and back["steps"] == steps
+    written = []
+    monkeypatch.setattr(before.ctx.store.writer, "submit", lambda *kept: written.append(kept))
+    before.restore.come_back(token, None, "tab")  # a client sending it again does not make the store write again
+    assert written == []

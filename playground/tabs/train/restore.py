@@ -93,14 +93,19 @@ class RestoreHandlers:
         return self.ctx.store.tokens if self.ctx.store is not None else Tokens.of_this_process()
 
     def keeper(self, session: Session, form: TrainForm, recipe: Recipe) -> Callable[[], None]:
-        """What a run calls at each evaluation and at its end: the session's state, to the store."""
-        store, token = self.ctx.store, session.token
-        if token is None:  # a client without a browser (the API)
-            return lambda: None
+        """What a run calls at each evaluation and at its end: the session's state, to the store under the
+        browser's token as it is then (a Train pressed before the page's load event gave the browser its token,
+        on a busy server, is kept all the same; a client without a browser, the API, has none)."""
         session.kept_form = kept_form(form, recipe)  # a reload puts it back, from the store or from memory
+        store = self.ctx.store
         if store is None:
             return lambda: None
-        return lambda: store.writer.submit(token, _kept(session))
+        return lambda: self._keep(session)
+
+    def _keep(self, session: Session) -> None:
+        """The session's state to the store, when its browser has a token."""
+        if session.token is not None:
+            self.ctx.store.writer.submit(session.token, _kept(session))
 
     def unstored(self, session: Session) -> bool:
         """Whether no store keeps the session's model now (its `keep_closed`: it then stays for a reload)."""
@@ -131,12 +136,15 @@ class RestoreHandlers:
         has none, the model, form and chart back. `seen`: the browser had a token before (see SEEN_KEY)."""
         store = self.ctx.store
         session = self.registry.get(request)
-        token = self.tokens.verified(kept)
+        token, first = self.tokens.verified(kept), session.token is None
+        session.token = token or self.tokens.new()
+        # Train pressed before this, on a busy server: a run keeps its model as it trains; an ended run's, now
+        # (once: a client repeating this must not make the store write again and again)
+        if first and session.trained is not None and store is not None and not session.busy:
+            self._keep(session)
         if token is None:
-            session.token = self.tokens.new()
             lost = kept not in (None, "") or seen is True
             return {"token": session.token, "seen": True, "status": UNREADABLE if lost else self._memory_note()}
-        session.token = token
         if session.trained is not None:  # this session already has a model: nothing to bring back
             return {"status": gr.skip()}
         if self.unstored(session):
