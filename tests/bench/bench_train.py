@@ -37,6 +37,9 @@ figures come from the lines it prints, timed as they arrive: ms/iter over the st
 are given beside), its evaluations and first step (which includes its step-0 evaluation), its
 wall time from launch to exit. It always seeds 1337. Missing data in DIR is made by its own
 prepare.py from our corpus (DIR/data/shakespeare_char gets input.txt, train.bin, val.bin and meta.pkl).
+The last lines give ours / nanoGPT's tokens/s twice: as the ratio of the medians, and round by round
+(each run against nanoGPT's of the same round) with their median, the fairer figure on a host whose
+speed changes from run to run.
 """
 
 from __future__ import annotations
@@ -337,7 +340,7 @@ def main() -> None:
             if "failed" in result:
                 print(f"round {round_ + 1} {variant:13} FAILED:\n{result['failed']}", flush=True)
                 continue
-            results[variant].append(result)
+            results[variant].append({**result, "round": round_})
             print(f"round {round_ + 1} {variant:13} seed {result['seed']:5} {result['ms_per_iter']:6.1f} ms/iter "
                   f"{result['tokens_per_sec']:8,.0f} tok/s  first step {result['first_step_s']:5.1f} s  "
                   f"wall {result['wall_s']:6.1f} s  peak RSS {result['peak_rss_mb']:5.0f} MB  "
@@ -384,9 +387,14 @@ def main() -> None:
         if nanogpt and variant != NANOGPT:
             speed = statistics.median(r["tokens_per_sec"] for r in runs) / statistics.median(
                 r["tokens_per_sec"] for r in nanogpt)
+            # Each run against nanoGPT's of the same round: a host whose speed drifts hits a pair alike.
+            theirs_by_round = {r["round"]: r["tokens_per_sec"] for r in nanogpt}
+            paired = [r["tokens_per_sec"] / theirs_by_round[r["round"]] for r in runs if r["round"] in theirs_by_round]
             difference = statistics.mean(r["val_loss"] for r in runs) - statistics.mean(r["val_loss"] for r in nanogpt)
-            print(f"ours / {NANOGPT} tokens/s: {speed:.2f}x ({variant}); validation loss {difference:+.4f} "
-                  f"({variant}'s mean minus {NANOGPT}'s, each run's last evaluation)")
+            print(f"ours / {NANOGPT} tokens/s: {speed:.2f}x as medians, round by round "
+                  f"{', '.join(f'{ratio:.2f}x' for ratio in paired)} (median {statistics.median(paired):.2f}x) "
+                  f"({variant}); validation loss {difference:+.4f} ({variant}'s mean minus {NANOGPT}'s, each run's "
+                  "last evaluation)")
 
 
 if __name__ == "__main__":

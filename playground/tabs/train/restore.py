@@ -2,10 +2,11 @@
 
 The browser keeps a token the server made (`gr.BrowserState`, in its local storage); never a path.
 While a run trains, its model, training state, curve, form and the runs kept to compare go to the state
-store under that token at every evaluation, at Stop and at the end (`keeper`: encoded in memory on the training thread, written
-by the store's own thread, so a step never waits for the disk). When a page opens, `come_back` reads
-its token: if the session has no model yet and the store holds one, it is loaded as an upload is (the
-same caps and checks) and the form, the chart and the other tabs follow; Train then continues exactly.
+store under that token at every evaluation, at Stop and at the end (`keeper`: encoded in memory on the
+training thread, written by the store's own thread, so a step never waits for the disk). When a page opens,
+`come_back` reads its token: if the session has no model yet and the store holds one, it is loaded as an
+upload is (the same caps and checks) and the form, the chart and the other tabs follow; Train then continues
+exactly. If Train was pressed first (a busy server answers the page's load late), the model trained is kept.
 
 A token is untrusted input: one the server's key did not sign gets a fresh one (and a note), one
 the store does not know starts afresh (a note when its model was evicted to keep the store's budget).
@@ -164,7 +165,8 @@ class RestoreHandlers:
         store = self._working_store()
         with self.registry.job(request, "keeping your model for another browser") as session:
             if session.trained is None:
-                raise gr.Error("There is no model yet: train one (or upload a checkpoint) first.", print_exception=False)
+                raise gr.Error("There is no model yet: train one (or upload a checkpoint) first.",
+                               print_exception=False)
             session.token = session.token or self.tokens.new()  # an API client has none until now
             store.writer.submit(session.token, _kept(session))
             if not (store.writer.flush() and store.working):
