@@ -121,17 +121,23 @@ def test_a_message_stays_on_its_tab(open_page):
     page.wait_for_function("() => document.querySelectorAll('.toast-body').length === 0")
 
 
+STEPS_WHILE_AWAY = 1000  # several seconds of the default task: the tab is left long before the run ends
+
+
 def test_the_charts_catch_up_with_a_run_that_ended_while_their_tab_was_hidden(open_page):
     """A LivePlot draws only while on screen: a run that goes on and ends while the learner reads another tab shows
     its last step once the Train tab is back."""
     page = open_page()
-    set_number(page, "Steps", 300)
+    set_number(page, "Steps", STEPS_WHILE_AWAY)
     page.locator("#train-button").click()
     page.locator("#train-status").filter(has_text="Training").wait_for()
-    open_tab(page, "Generate")
-    page.locator("#train-status").filter(has_text="Done: 300 steps").wait_for(state="attached")  # on the hidden tab
     last_drawn = "() => Math.max(...document.querySelector('#loss-plot .js-plotly-plot').data[0].x)"
-    assert page.evaluate(last_drawn) < 300  # drawn when the tab was left, not since
+    page.locator("#loss-plot .js-plotly-plot").wait_for()
+    open_tab(page, "Generate")
+    drawn_when_left = page.evaluate(last_drawn)
+    assert drawn_when_left < STEPS_WHILE_AWAY  # the run goes on while the tab is away (long enough on a busy host)
+    page.locator("#train-status").filter(has_text=f"Done: {STEPS_WHILE_AWAY} steps").wait_for(state="attached")
+    assert page.evaluate(last_drawn) == drawn_when_left  # nothing drawn while hidden
     open_tab(page, "Train")
-    wait_until(lambda: page.evaluate(last_drawn) == 300, what="the loss chart to draw the run's last step")
+    wait_until(lambda: page.evaluate(last_drawn) == STEPS_WHILE_AWAY, what="the loss chart to draw the run's last step")
     assert_no_errors(page)
