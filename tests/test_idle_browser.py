@@ -44,6 +44,7 @@ def test_an_idle_page_makes_no_calls_after_training(running_app, open_page):  # 
         page.locator(f"#{plot} .annotation-text").wait_for()
     assert page.evaluate(CUT_OFF_NOTES) == []  # whole at a laptop's width (they were cut off, issue 30)
     set_number(page, "Steps", STEPS)
+    follows = []  # the other tabs' follow-ups of the model in each run's calls
     for run in range(1, TRAININGS + 1):
         if run == TRAININGS // 2 + 1:
             page.set_viewport_size({"width": 390, "height": 844})  # the same page on a phone
@@ -61,9 +62,12 @@ def test_an_idle_page_makes_no_calls_after_training(running_app, open_page):  # 
             page.wait_for_timeout(50)  # Playwright reports requests while it waits, not in time.sleep
         names = [name for _, name in calls[started:]]
         assert ("train" if run == 1 else "train_new") in names  # the counting sees the page's calls
-        assert names.count("model_follow") <= 2, names  # the model changed twice: at the start, at the end
+        follows.append(names.count("model_follow"))
         if run in (TRAININGS // 2, TRAININGS):
             page.screenshot(path=str(SCREENSHOTS / f"idle-after-training-{run}.png"), full_page=True)
+    # The model changed twice a run (at its start, at its end). Counted over all runs: beside other tests' work one
+    # run's last follow-up came after a quiet second, in the next run's calls (3 there, 1 before).
+    assert sum(follows) <= 2 * TRAININGS, follows
     settled = len(calls)
     page.wait_for_timeout(IDLE_S * 1000)
     assert calls[settled:] == []
