@@ -1,6 +1,7 @@
 """Shared test setup and every shared fixture: offline data, fixed seeds, a running app, a headless browser,
 the tabs' handlers, tiny pretrained models. Helpers that are not fixtures live in tests/support/."""
 
+import contextlib
 import hashlib
 import os
 import random
@@ -14,7 +15,7 @@ import torch
 
 import core.data
 from support.app import REPO, serve
-from support.browser import CHROMIUM_ARGS, SCREENSHOTS, find_chromium, new_page
+from support.browser import CHROMIUM_ARGS, SCREENSHOTS, find_chromium, new_page, page_state
 # Tests never reach the Hugging Face Hub either: a test that reads GPT-2 points the app at a tiny
 # folder it made, and anything else asking for "gpt2" gets core.pretrained's offline message at once.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -139,6 +140,20 @@ def browser(playwright_api):
     chromium = playwright_api.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
     yield chromium
     chromium.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A browser test that fails reports what its open pages said (a wait times out without saying what was
+    there instead), and leaves their screenshots in tests/screenshots/."""
+    report = yield
+    chromium = item.funcargs.get("browser") if report.when == "call" and report.failed else None
+    pages = [page for context in chromium.contexts for page in context.pages] if chromium is not None else []
+    for number, page in enumerate(pages):
+        report.sections.append((f"page {number} when the test failed", page_state(page)))
+        with contextlib.suppress(Exception):
+            page.screenshot(path=str(SCREENSHOTS / f"failed-{item.name}-{number}.png"), full_page=True, timeout=10_000)
+    return report
 
 
 @pytest.fixture

@@ -194,8 +194,10 @@ def test_preview_counts_parameters_and_says_whether_train_continues(trained):
     assert "Press **New model**" in train.run.preview(*{**FORM, "n_layer": 2}.values(), request="a")[1]
     assert "⚠️" in train.run.preview(*{**FORM, "n_layer": 99}.values(), request="a")[0]
     stream = train.run.train(**{**FORM, "steps": 2000}, request="trains")
-    next(stream)  # while it trains, the note says so, not the step the run started from
-    assert train.run.preview(**{**FORM, "steps": 2000}, request="trains")[1].startswith("Training now: **Stop**")
+    update = next(stream)  # while it trains, the note says so, not the step the run started from
+    assert update[-1].startswith("Training now: **Stop**")
+    # ... and a preview leaves the note to the run: asked as the run ends, it could land after the run's last word
+    assert train.run.preview(**{**FORM, "steps": 2000}, request="trains")[1] == gr.skip()
     train.run.stop("trains")
     list(stream)
     assert "continues your model from step" in train.run.preview(**{**FORM, "steps": 2000}, request="trains")[1]

@@ -87,6 +87,20 @@ def assert_no_errors(page) -> None:
     assert not page.errors, page.errors
 
 
+# What a failed browser test prints of each open page: every status line and note a wait is likely to have been for.
+PAGE_STATE = """() => [...document.querySelectorAll('[id$="-status"], [id$="-next"], [id$="-note"], .toast-body')]
+    .map(element => [element.id || 'toast', element.innerText.trim()]).filter(([, text]) => text)
+    .map(([name, text]) => `${name}: ${text}`)"""
+
+
+def page_state(page) -> str:
+    """The page's address and visible status lines and notes, for a failed test's report."""
+    try:
+        return "\n".join([page.url, *page.evaluate(PAGE_STATE)])
+    except Exception as error:  # a closed or crashed page: say so, the test's own failure is the news
+        return f"(the page could not be read: {error})"
+
+
 def wait_until_fits(page, selector: str, width: int) -> dict:
     """After a resize, wait until the figure at `selector` lies within `width` pixels (Plotly redraws on
     the window's resize event, a moment later), and return its box."""

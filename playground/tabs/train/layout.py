@@ -269,9 +269,10 @@ def build(ctx: AppContext) -> TrainHandlers:
                              **beside_preview)
     # (the steps too: "already trained 120 of 120 steps" must go once Steps is raised)
     previewed = [form[name] for name in ("corpus", "tokenizer", "stage", *MODEL_FIELDS, "upload", "steps")]
-    # The live count and whether Train continues. A run says the latter itself, with its status; an upload and a
-    # model coming back ask after them. (Not a follower of the model: one that ran while the run trained landed
-    # after "Done" on a busy server, saying "Training now" until the next one.)
+    # The live count and whether Train continues. A run says the latter itself, with its status, and once more as it
+    # ends (below: a preview asked before the run began can land late on a busy server); an upload and a model coming
+    # back ask after them. (Not a follower of the model: one that ran while the run trained landed after "Done" on a
+    # busy server, saying "Training now" until the next one.)
     gr.on([c.change for c in previewed] + [form["text"].blur, ctx.demo.load],
           handlers.run.preview, inputs, [params, next_step], api_name="preview", api_visibility="private", **cheap)
     training = dict(**ctx.heavy("train"))  # both buttons share one concurrency id: one limit for all trainings
@@ -279,6 +280,7 @@ def build(ctx: AppContext) -> TrainHandlers:
     for trained in (train_btn.click(handlers.run.train, inputs, live, api_name="train", **training),
                     new_btn.click(handlers.run.train_new, inputs, live, api_name="train_new", **training)):
         trained.then(handlers.replay.movie_after_run, None, movie_step, **quiet)  # the replay shows the last snapshot
+        trained.then(handlers.run.preview, inputs, [params, next_step], **quiet)
         trained.then(compare_handlers.refresh, None, compare_outputs, **quiet)  # the run is kept
     # opened, it shows the runs kept now (a teacher may have put a room's runs there from the Room tab)
     compare_box.expand(compare_handlers.refresh, None, compare_outputs, **quiet)

@@ -97,9 +97,9 @@ class RunHandlers:
         self.keeper = keeper  # what a run of (session, form, recipe) calls to keep the session's state
 
     @takes_the_form
-    def preview(self, form: TrainForm, request: gr.Request | str | None) -> tuple[str, str]:
-        """(the parameter count of the model these settings describe, what Train will do with them),
-        shown as the form changes: the second beside the buttons, before anything is pressed."""
+    def preview(self, form: TrainForm, request: gr.Request | str | None) -> tuple[str, str | dict]:
+        """(the parameter count of the model these settings describe, what Train will do with them, or gr.skip()
+        while a run is on), shown as the form changes: the second beside the buttons, before anything is pressed."""
         try:
             recipe = self.rules.recipe(form)
             text = recipe.text if recipe.text is not None else _corpus_vocab_text(recipe.corpus)
@@ -113,12 +113,14 @@ class RunHandlers:
         parts = ", ".join(f"{label} {count:,}" for label, count in _count_parts(counts, config.norm) if count)
         count = f"**{counts['total']:,} parameters** ({parts}); vocabulary {config.vocab_size:,} tokens."
         session = self.registry.peek(request) if request is not None else None
+        if session is not None and session.trainer is not None and session.trainer.running:
+            # The run says so with each update and what comes next with its last. Said here too, a preview asked as
+            # the run ended could land after that last update on a busy server and say "Training now" until the next.
+            return count, gr.skip()
         return count, self._next_step(session, config, tokenizer, recipe.train["max_iters"])
 
     def _next_step(self, session: Session | None, config: GPTConfig, tokenizer: Tokenizer, steps: int) -> str:
-        """What Train will do with settings that describe `config`, `tokenizer` and `steps`."""
-        if session is not None and session.trainer is not None and session.trainer.running:
-            return TRAINING_NOW
+        """What Train will do, once no run is on, with settings that describe `config`, `tokenizer` and `steps`."""
         if session is None or session.model is None:
             return "**Train** starts a new model with these settings."
         return (self._choice_needed(session, config, tokenizer, steps)
