@@ -148,7 +148,8 @@ def pytest_runtest_makereport(item, call):
     there instead), and leaves their screenshots in tests/screenshots/."""
     report = yield
     chromium = item.funcargs.get("browser") if report.when == "call" and report.failed else None
-    pages = [page for context in chromium.contexts for page in context.pages] if chromium is not None else []
+    contexts = getattr(chromium, "contexts", [])  # a test's own parameter may be called "browser" too
+    pages = [page for context in contexts for page in context.pages]
     for number, page in enumerate(pages):
         report.sections.append((f"page {number} when the test failed", page_state(page)))
         with contextlib.suppress(Exception):

@@ -16,6 +16,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import gradio as gr
 import httpx
 import pytest
 from support.app import FORM, GENERATE, form, serve, tiny_model_bytes, wait_until
@@ -371,3 +372,26 @@ def test_a_model_trained_before_the_page_had_its_token_is_kept_with_its_form(tok
     monkeypatch.setattr(before.ctx.store.writer, "submit", lambda *kept: written.append(kept))
     before.restore.come_back(token, None, "tab")  # a client sending it again does not make the store write again
     assert written == []
+
+
+@pytest.mark.parametrize("phone_browser", ["new", "with a model of its own"])
+def test_a_code_taken_before_the_page_had_its_token_is_what_the_next_visit_finds(phone_browser, tmp_path):
+    """On a busy server a code can be taken before the page's load event has reached it. That event then gives the
+    browser the taken model's token, not a fresh one or the browser's old one: the next visit finds the taken model."""
+    laptop = train_handlers(tmp_path / "store")
+    laptop.restore.come_back(None, None, "laptop")
+    list(laptop.run.train(**{**FORM, "steps": 30}, request="laptop"))
+    code = laptop.restore.carry_code("laptop")
+    phone = train_handlers(tmp_path / "store")  # another address of the same store
+    kept = None
+    if phone_browser != "new":  # the phone's browser has a model of its own, kept from an earlier visit
+        kept = phone.restore.come_back(None, None, "phone-before")["token"]
+        list(phone.run.train(**FORM, request="phone-before"))
+        assert phone.ctx.store.writer.flush()
+    taken = phone.restore.take_code(code, "phone")
+    loaded = phone.restore.come_back(kept, None, "phone")  # the page's load event, late
+    assert loaded["token"] == taken["token"] and loaded["status"] == gr.skip()
+    assert phone.ctx.registry.peek("phone").trained.step == 30  # the taken model stays on the page
+    back = train_handlers(tmp_path / "store").restore.come_back(loaded["token"], None, "phone-next-visit")
+    assert "at step 30" in back["status"] and back["steps"] == 30
+

@@ -87,6 +87,20 @@ def assert_no_errors(page) -> None:
     assert not page.errors, page.errors
 
 
+def record_texts(page, selector: str) -> None:
+    """Keep every text the element at `selector` shows from now on (see `recorded_texts`): a state that lasts a
+    moment, on a fast run, can be gone before a wait for it looks."""
+    page.evaluate("""selector => { const element = document.querySelector(selector), texts = [];
+        (window.recordedTexts ??= {})[selector] = texts;
+        new MutationObserver(() => texts.push(element.innerText))
+            .observe(element, {subtree: true, childList: true, characterData: true}); }""", selector)
+
+
+def recorded_texts(page, selector: str) -> list[str]:
+    """The texts the element at `selector` has shown since `record_texts`."""
+    return page.evaluate("selector => window.recordedTexts[selector]", selector)
+
+
 # What a failed browser test prints of each open page: every status line and note a wait is likely to have been for.
 PAGE_STATE = """() => [...document.querySelectorAll('[id$="-status"], [id$="-next"], [id$="-note"], .toast-body')]
     .map(element => [element.id || 'toast', element.innerText.trim()]).filter(([, text]) => text)

@@ -134,14 +134,19 @@ class RestoreHandlers:
     def come_back(self, kept, seen, request: gr.Request) -> dict[str, Any]:
         """At page load: the browser's token (a fresh one if it has none or an unreadable one) and, when
         the store holds this token's model (memory only: a closed tab of this browser left it) and the session
-        has none, the model, form and chart back. `seen`: the browser had a token before (see SEEN_KEY)."""
+        has none, the model, form and chart back. `seen`: the browser had a token before (see SEEN_KEY). A session
+        with a token already keeps it, and the browser is given it."""
         store = self.ctx.store
         session = self.registry.get(request)
-        token, first = self.tokens.verified(kept), session.token is None
+        if session.token is not None:
+            # Given before this event reached a busy server (a code taken or made on the page) or by this event
+            # already: it stays, and the browser keeps it. Replaced, the model taken with a code was not found on
+            # the next visit. (Nor does a client repeating this make the store write again and again.)
+            return {"token": session.token, "seen": True, "status": gr.skip()}
+        token = self.tokens.verified(kept)
         session.token = token or self.tokens.new()
         # Train pressed before this, on a busy server: a run keeps its model as it trains; an ended run's, now
-        # (once: a client repeating this must not make the store write again and again)
-        if first and session.trained is not None and store is not None and not session.busy:
+        if session.trained is not None and store is not None and not session.busy:
             self._keep(session)
         if token is None:
             lost = kept not in (None, "") or seen is True
